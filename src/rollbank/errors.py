@@ -1,0 +1,112 @@
+"""Typed errors, one family per boundary.
+
+The episode layer maps these to outcomes: anything raised by the host side of a boundary
+(inference server, sandbox runtime, verifier harness) is an infrastructure failure; bad input
+(task files, config) is reported to the operator with the file and field it concerns and never
+reaches a trainer. A failed episode is data, not a crash: runners catch these and record them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RollbankError(Exception):
+    """Base of every error rollbank raises on purpose."""
+
+
+# ---------------------------------------------------------------- input: tasks and config
+class InputError(RollbankError):
+    """Bad operator input. Always names where: a file, and a field or line when known."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: Path | str | None = None,
+        field: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.file = str(file) if file is not None else None
+        self.field = field
+        self.line = line
+        where = []
+        if self.file is not None:
+            where.append(self.file + (f":{line}" if line is not None else ""))
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = f"{' '.join(where)}: " if where else ""
+        super().__init__(prefix + message)
+        self.message = message
+
+
+class TaskError(InputError):
+    """A task folder is malformed (missing files, bad TOML/YAML, escaping paths...)."""
+
+
+class BuildError(InputError):
+    """An environment could not be built (unsupported Dockerfile instruction, failing RUN...)."""
+
+
+class ConfigError(InputError):
+    """A configuration file or value is invalid."""
+
+
+# ---------------------------------------------------------------- sandbox boundary (infra)
+class SandboxError(RollbankError):
+    """The sandbox runtime failed (not the model). Maps to infra_failure."""
+
+
+class IsolationUnavailableError(SandboxError):
+    """This machine cannot isolate model commands (no bubblewrap, no namespaces, no overlayfs)."""
+
+
+class SandboxStartError(SandboxError):
+    """A sandbox could not be started."""
+
+
+class SandboxDiedError(SandboxError):
+    """A sandbox's runtime disappeared without a cause attributable to the model."""
+
+
+# ---------------------------------------------------------------- inference boundary (infra)
+class InferenceError(RollbankError):
+    """An inference server request failed. Maps to infra_failure unless stated otherwise."""
+
+    def __init__(self, message: str, *, server: str | None = None, request_id: str | None = None):
+        self.server = server
+        self.request_id = request_id
+        super().__init__(message)
+
+
+class ServerUnreachableError(InferenceError):
+    """Connection refused / reset / DNS: the server is not there."""
+
+
+class InferenceTimeoutError(InferenceError):
+    """The server did not answer in time."""
+
+
+class ServerOverloadedError(InferenceError):
+    """HTTP 429/503: the server refuses more work right now (safe to retry elsewhere)."""
+
+
+class BadRequestError(InferenceError):
+    """HTTP 400/422: the request itself is wrong (e.g. prompt longer than the context)."""
+
+
+class EngineDeadError(InferenceError):
+    """The engine behind the server died (HTTP 500 with a dead EngineCore); restart needed."""
+
+
+class RequestAbortedError(InferenceError):
+    """The request was aborted by rollbank (straggler policy, weight update)."""
+
+
+# ---------------------------------------------------------------- verifier boundary (infra)
+class VerifierError(RollbankError):
+    """The verifier itself failed (crash, timeout, no reward written). Maps to infra_failure."""
+
+
+class VerifierTimeoutError(VerifierError):
+    """The verifier exceeded its own timeout."""
