@@ -1,0 +1,47 @@
+"""Agent harnesses: the text protocols between a model and a shell.
+
+- :class:`FencedShellHarness`: few-shot fenced ```bash blocks and a DONE marker, for small
+  base models (Gemma 3 270M base).
+- :class:`Terminus2Harness`: Terminus-2 JSON turns, for models that follow instructions.
+
+See :mod:`rollbank.episodes.harnesses.base` for the :class:`Harness` protocol and the rules
+every harness keeps (never raise on model output; bounded observations).
+"""
+
+from __future__ import annotations
+
+from rollbank.episodes.harnesses.base import (
+    DEFAULT_OBSERVATION_LIMIT,
+    Action,
+    ActionKind,
+    Command,
+    Harness,
+    render_result,
+    truncate_middle,
+)
+from rollbank.episodes.harnesses.fenced_shell import FencedShellConfig, FencedShellHarness
+from rollbank.episodes.harnesses.terminus2 import Terminus2Config, Terminus2Harness
+
+__all__ = [
+    "DEFAULT_OBSERVATION_LIMIT",
+    "Action",
+    "ActionKind",
+    "Command",
+    "FencedShellConfig",
+    "FencedShellHarness",
+    "Harness",
+    "Terminus2Config",
+    "Terminus2Harness",
+    "make_harness",
+    "render_result",
+    "truncate_middle",
+]
+
+
+def make_harness(name: str) -> Harness:
+    """A harness with default config by name: ``fenced-shell`` or ``terminus-2``."""
+    if name == FencedShellHarness.name:
+        return FencedShellHarness()
+    if name == Terminus2Harness.name:
+        return Terminus2Harness()
+    raise ValueError(f"unknown harness {name!r}; known: fenced-shell, terminus-2")

@@ -1,0 +1,159 @@
+'''Fenced-shell protocol: a few-shot prompt a small BASE model (no chat template) can follow.
+
+The transcript format, taught by three worked examples in the prompt::
+
+    Task: <instruction>
+    ```bash
+    <commands>
+    ```
+    Output:
+    ```
+    <stdout/stderr>
+    [exit code N]
+    ```
+    DONE
+
+The model writes one fenced ``bash`` block per step; generation stops at ``"\\nOutput:"`` (the
+runner then supplies the real output) or at ``"\\nTask:"`` (the model started a new example).
+A line ``DONE`` ends the episode. Parsing rules (never raise):
+- every closed ```bash/```sh/``` block before the first ``DONE`` line is a command, in order;
+- a ``DONE`` line with no block before it ends the episode with no commands; blocks followed by
+  ``DONE`` in the same turn run first, then the episode ends;
+- no block and no ``DONE``, an unclosed block, or an empty block is MALFORMED; the error is
+  shown in the same ``Output:`` framing, so the transcript stays in format.
+'''
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from rollbank.config import Section
+from rollbank.episodes.harnesses.base import (
+    DEFAULT_OBSERVATION_LIMIT,
+    Action,
+    ActionKind,
+    Command,
+    render_result,
+    truncate_middle,
+)
+from rollbank.inference.protocol import SamplingParams
+from rollbank.sandbox.protocol import ExecResult
+from rollbank.tasks.model import Task
+
+DONE_MARKER = "DONE"
+OUTPUT_STOP = "\nOutput:"
+TASK_STOP = "\nTask:"
+
+PREAMBLE = (
+    "Below are transcripts of tasks solved in a Linux shell. Each step is one ```bash block; "
+    "its real output follows under Output:. When the task is complete, the line DONE ends it.\n"
+)
+
+EXAMPLES = (
+    (
+        "Task: Create a directory named backup and copy config.ini into it.",
+        [("mkdir -p backup && cp config.ini backup/", "[exit code 0]")],
+    ),
+    (
+        "Task: Count the lines of data.csv and write the number to count.txt.",
+        [
+            ("wc -l < data.csv > count.txt", "[exit code 0]"),
+            ("cat count.txt", "42\n[exit code 0]"),
+        ],
+    ),
+    (
+        "Task: Replace every occurrence of 'foo' with 'bar' in notes.txt.",
+        [
+            ("grep -c foo notes.txt", "3\n[exit code 0]"),
+            ("sed -i 's/foo/bar/g' notes.txt && grep -c foo notes.txt", "0\n[exit code 1]"),
+        ],
+    ),
+)
+
+_BLOCK = re.compile(r"```(?P<lang>[A-Za-z]*)[ \t]*\n(?P<body>.*?)(?P<close>\n?```|\Z)", re.DOTALL)
+_DONE_LINE = re.compile(r"^[ \t]*DONE[ \t.!]*$", re.MULTILINE)
+
+
+class FencedShellConfig(Section):
+    """Sampling and formatting of the fenced-shell harness."""
+
+    max_tokens: int = Field(default=192, ge=1, description="Token budget of one model turn.")
+    temperature: float = Field(default=0.8, ge=0.0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    observation_limit_bytes: int = Field(
+        default=DEFAULT_OBSERVATION_LIMIT, ge=256,
+        description="Observations longer than this (UTF-8 bytes) keep head and tail and a "
+        "marker saying how much was dropped.",
+    )
+
+
+def _transcript_step(command: str, output: str) -> str:
+    return f"```bash\n{command}\n```\nOutput:\n```\n{output}\n```\n"
+
+
+class FencedShellHarness:
+    """The fenced-shell protocol (see the module docstring)."""
+
+    name = "fenced-shell"
+
+    def __init__(self, config: FencedShellConfig | None = None) -> None:
+        self.config = config or FencedShellConfig()
+
+    def initial_prompt(self, task: Task) -> str:
+        parts = [PREAMBLE, "\n"]
+        for instruction, steps in EXAMPLES:
+            parts.append(instruction + "\n")
+            parts.extend(_transcript_step(c, o) for c, o in steps)
+            parts.append(DONE_MARKER + "\n\n")
+        parts.append("Task: " + " ".join(task.instruction.split()) + "\n")
+        return "".join(parts)
+
+    def parse(self, model_text: str) -> Action:
+        done = _DONE_LINE.search(model_text)
+        scope = model_text[: done.start()] if done else model_text
+        commands: list[Command] = []
+        for m in _BLOCK.finditer(scope):
+            lang = m.group("lang").lower()
+            if lang not in ("", "bash", "sh", "shell"):
+                continue
+            if not m.group("close"):
+                return self._malformed("the ```bash block was not closed with ```")
+            body = m.group("body").strip("\n")
+            if not body.strip():
+                return self._malformed("the ```bash block is empty")
+            commands.append(Command(body))
+        if done:
+            return Action(ActionKind.DONE, tuple(commands))
+        if commands:
+            return Action(ActionKind.COMMANDS, tuple(commands))
+        return self._malformed(
+            f"no ```bash block and no {DONE_MARKER} line found; write one ```bash block, "
+            f"or {DONE_MARKER} when the task is complete"
+        )
+
+    def format_observation(self, results: Sequence[ExecResult]) -> str:
+        body = "\n".join(render_result(r) for r in results) if results else "[no command ran]"
+        body = truncate_middle(body, self.config.observation_limit_bytes)
+        return self._framed(body)
+
+    def sampling(self) -> SamplingParams:
+        c = self.config
+        return SamplingParams(
+            max_tokens=c.max_tokens,
+            temperature=c.temperature,
+            top_p=c.top_p,
+            stop=(OUTPUT_STOP, TASK_STOP),
+        )
+
+    def _framed(self, body: str) -> str:
+        if not body.endswith("\n"):
+            body += "\n"
+        return f"{OUTPUT_STOP}\n```\n{body}```\n"
+
+    def _malformed(self, error: str) -> Action:
+        return Action(
+            ActionKind.MALFORMED, error=error, observation=self._framed(f"[rollbank: {error}]")
+        )

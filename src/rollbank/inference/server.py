@@ -1,0 +1,348 @@
+"""Managed vLLM server processes: start N, wait healthy, supervise, restart, stop cleanly.
+
+Owns :class:`ServerConfig` and :class:`ManagedServers` (an async context manager).
+
+Invariants
+- Every server runs in its own process group (``start_new_session``) with
+  ``PR_SET_PDEATHSIG=SIGTERM``: when rollbank dies, even by SIGKILL, the kernel signals each
+  server, which shuts its engine down. Stopping sends SIGTERM to the whole group, then
+  SIGKILL after ``stop_timeout_s``; an ``atexit`` hook kills any group still alive, so
+  neither Ctrl-C nor an exception leaves orphans.
+- A server keeps its port (and so its URL and its :class:`VLLMClient`) across restarts.
+- A supervisor task, owned by the context manager and cancelled on exit, checks every
+  ``health_interval_s``: a process that exited, or ``/health`` failing
+  ``unhealthy_after`` times in a row (vLLM answers 503 once its EngineCore died), marks the
+  server dead; it is killed and restarted (up to ``max_restarts``) and the weights last
+  published through :meth:`ManagedServers.reload_weights` are re-applied. Requests that were
+  running on it fail at the client with an :class:`~rollbank.errors.InferenceError`
+  subtype (connection lost, or HTTP 500 from a dead engine) — the episode layer records an
+  infrastructure failure and may re-run them.
+- Child processes get ``HF_HUB_OFFLINE=1``: nothing is downloaded from a model hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from pydantic import Field
+
+from rollbank.config import Section, cache_dir
+from rollbank.errors import InferenceError
+from rollbank.inference.models import OFFLINE_ENV, ensure_model
+from rollbank.inference.vllm_client import VLLMClient
+
+
+class ServerConfig(Section):
+    """How to run the managed vLLM servers."""
+
+    model: str = Field("tiny", description="'tiny', 'gemma-3-270m', or a local HF model folder")
+    num_servers: int = Field(1, ge=1, le=64, description="number of vLLM server processes")
+    host: str = Field("127.0.0.1", description="address the servers bind to")
+    port: int | None = Field(
+        None, ge=1, le=65535, description="port of server 0 (server i gets port+i); None: free ports"
+    )
+    max_model_len: int = Field(2048, ge=64, description="--max-model-len (prompt + generation)")
+    max_logprobs: int = Field(20, ge=1, description="--max-logprobs")
+    kv_cache_gib: float = Field(2.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE per server (GiB)")
+    seed: int = Field(0, description="--seed of every server (never sent per request: it kills vLLM CPU 0.32)")
+    dtype: str | None = Field(None, description="--dtype; None: the model config's dtype")
+    enable_lora: bool = Field(False, description="start with --enable-lora (runtime LoRA loading)")
+    max_lora_rank: int = Field(8, ge=1, description="--max-lora-rank when LoRA is enabled")
+    max_loras: int = Field(2, ge=1, description="--max-loras when LoRA is enabled")
+    omp_threads_bind: list[str] | None = Field(
+        None,
+        description="VLLM_CPU_OMP_THREADS_BIND per server; None: one server uses all cores, "
+        "several servers get core i % cores each",
+    )
+    startup_timeout_s: float = Field(600.0, gt=0, description="max wait for a server to turn healthy")
+    health_interval_s: float = Field(2.0, gt=0, description="supervisor check period")
+    unhealthy_after: int = Field(3, ge=1, description="consecutive failed health checks that mean dead")
+    max_restarts: int = Field(3, ge=0, description="restarts per server before giving up")
+    stop_timeout_s: float = Field(15.0, gt=0, description="SIGTERM grace before SIGKILL on stop")
+    run_dir: Path | None = Field(None, description="where server logs go; None: cache_dir()/runs/serve-<time>")
+    extra_args: list[str] = Field(default_factory=list, description="extra vLLM command-line flags")
+    python: str | None = Field(None, description="python running vLLM; None: this interpreter")
+
+
+# Process groups still alive, killed at interpreter exit whatever happened.
+_LIVE_GROUPS: set[int] = set()
+
+
+def _kill_live_groups() -> None:
+    for pgid in list(_LIVE_GROUPS):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    _LIVE_GROUPS.clear()
+
+
+atexit.register(_kill_live_groups)
+
+
+def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerState:
+    """One managed server: its process, port, log and history."""
+
+    index: int
+    port: int
+    log_path: Path
+    process: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+    startup_s: list[float] = field(default_factory=list)
+    failed_checks: int = 0
+    dead_reason: str | None = None
+
+
+class ManagedServers:
+    """Start ``config.num_servers`` vLLM servers; ``.clients`` / ``.urls`` once entered."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.model_dir: Path | None = None
+        self.run_dir = config.run_dir or cache_dir() / "runs" / time.strftime("serve-%Y%m%d-%H%M%S")
+        self.servers: list[ServerState] = []
+        self.clients: list[VLLMClient] = []
+        self._supervisor: asyncio.Task[None] | None = None
+        self._weights: tuple[str, int] | None = None
+        self._loras: dict[str, str] = {}
+        self.events: list[dict[str, object]] = []
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://{self.config.host}:{s.port}" for s in self.servers]
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> ManagedServers:
+        cfg = self.config
+        self.model_dir = await asyncio.to_thread(ensure_model, cfg.model)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ports = [cfg.port + i for i in range(cfg.num_servers)] if cfg.port else [
+            free_port(cfg.host) for _ in range(cfg.num_servers)
+        ]
+        self.servers = [
+            ServerState(i, p, self.run_dir / f"server-{i}.log") for i, p in enumerate(ports)
+        ]
+        self.clients = [VLLMClient(u) for u in self.urls]
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for s in self.servers:
+                    tg.create_task(self._start(s))
+        except BaseException:
+            await self._stop_all()
+            raise
+        self._supervisor = asyncio.create_task(self._supervise(), name="rollbank-vllm-supervisor")
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        await self._stop_all()
+
+    def command(self, s: ServerState) -> list[str]:
+        cfg = self.config
+        assert self.model_dir is not None
+        cmd = [
+            cfg.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_dir),
+            "--served-model-name", Path(cfg.model).name,
+            "--host", cfg.host, "--port", str(s.port),
+            "--enable-prefix-caching",
+            "--max-model-len", str(cfg.max_model_len),
+            "--max-logprobs", str(cfg.max_logprobs),
+            "--logprobs-mode", "processed_logprobs",
+            "--seed", str(cfg.seed),
+            "--enable-per-request-metrics",
+            "--enable-prompt-tokens-details",
+        ]  # fmt: skip
+        if cfg.dtype:
+            cmd += ["--dtype", cfg.dtype]
+        if cfg.enable_lora:
+            cmd += ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank), "--max-loras", str(cfg.max_loras)]
+        return cmd + list(cfg.extra_args)
+
+    def environment(self, s: ServerState) -> dict[str, str]:
+        cfg = self.config
+        env = dict(os.environ)
+        env.update(OFFLINE_ENV)
+        ncpu = os.cpu_count() or 1
+        if cfg.omp_threads_bind is not None:
+            bind = cfg.omp_threads_bind[s.index % len(cfg.omp_threads_bind)]
+        elif cfg.num_servers == 1:
+            bind = f"0-{ncpu - 1}" if ncpu > 1 else "0"
+        else:
+            bind = str(s.index % ncpu)
+        env.update(
+            VLLM_CPU_OMP_THREADS_BIND=bind,
+            VLLM_CPU_KVCACHE_SPACE=f"{cfg.kv_cache_gib:g}",
+            VLLM_SERVER_DEV_MODE="1",
+            VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+            PYTHONUNBUFFERED="1",
+        )
+        iomp = Path(cfg.python or sys.executable).parent.parent / "lib" / "libiomp5.so"
+        if iomp.is_file():
+            env["LD_PRELOAD"] = ":".join(p for p in (str(iomp), env.get("LD_PRELOAD", "")) if p)
+        return env
+
+    async def _start(self, s: ServerState) -> None:
+        t0 = time.monotonic()
+        with s.log_path.open("ab") as log:
+            log.write(f"\n=== rollbank: start #{s.restarts} at {time.ctime()} ===\n".encode())
+            log.flush()
+            s.process = await asyncio.create_subprocess_exec(
+                *self.command(s),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                env=self.environment(s),
+                start_new_session=True,
+                preexec_fn=_set_pdeathsig,
+            )
+        _LIVE_GROUPS.add(s.process.pid)
+        client = self.clients[s.index]
+        deadline = t0 + self.config.startup_timeout_s
+        while not await client.health():
+            if s.process.returncode is not None:
+                raise InferenceError(
+                    f"vLLM server {s.index} exited with {s.process.returncode} during startup; "
+                    f"see {s.log_path}",
+                    server=client.base_url,
+                )
+            if time.monotonic() > deadline:
+                raise InferenceError(
+                    f"vLLM server {s.index} not healthy after {self.config.startup_timeout_s:.0f} s; "
+                    f"see {s.log_path}",
+                    server=client.base_url,
+                )
+            await asyncio.sleep(0.5)
+        s.startup_s.append(time.monotonic() - t0)
+        s.failed_checks = 0
+        s.dead_reason = None
+        self.events.append({"event": "healthy", "server": s.index, "startup_s": s.startup_s[-1]})
+
+    async def _stop(self, s: ServerState) -> None:
+        proc = s.process
+        if proc is None:
+            return
+        pgid = proc.pid
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), self.config.stop_timeout_s)
+            except TimeoutError:
+                pass
+        # The group may hold engine processes even after the API server exited.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        if proc.returncode is None:
+            await proc.wait()
+        _LIVE_GROUPS.discard(pgid)
+
+    async def _stop_all(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for s in self.servers:
+                    tg.create_task(self._stop(s))
+        finally:
+            _kill_live_groups_of(self.servers)
+            for c in self.clients:
+                await c.aclose()
+
+    # ------------------------------------------------------------------ supervision
+    async def _supervise(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            for s in self.servers:
+                reason = await self._check(s)
+                if reason is None:
+                    continue
+                try:
+                    await self._restart(s, reason)
+                except Exception as exc:  # recorded; the server stays dead
+                    self.events.append({"event": "restart_failed", "server": s.index, "error": repr(exc)})
+
+    async def _check(self, s: ServerState) -> str | None:
+        if s.process is None:
+            return None
+        if s.process.returncode is not None:
+            return f"process exited with {s.process.returncode}"
+        if await self.clients[s.index].health():
+            s.failed_checks = 0
+            return None
+        s.failed_checks += 1
+        if s.failed_checks >= self.config.unhealthy_after:
+            return f"health failed {s.failed_checks} times"
+        return None
+
+    async def _restart(self, s: ServerState, reason: str) -> None:
+        s.dead_reason = reason
+        self.events.append({"event": "dead", "server": s.index, "reason": reason})
+        await self._stop(s)
+        if s.restarts >= self.config.max_restarts:
+            self.events.append({"event": "gave_up", "server": s.index})
+            return
+        s.restarts += 1
+        await self._start(s)
+        client = self.clients[s.index]
+        for name, path in self._loras.items():
+            await client.load_lora(name, path)
+        if self._weights is not None:
+            await client.reload_weights(self._weights[0], version=self._weights[1])
+        self.events.append({"event": "restarted", "server": s.index, "restarts": s.restarts})
+
+    async def check_now(self) -> list[str | None]:
+        """Run one supervision round immediately; returns each server's death reason."""
+        reasons = [await self._check(s) for s in self.servers]
+        for s, r in zip(self.servers, reasons, strict=True):
+            if r is not None:
+                await self._restart(s, r)
+        return reasons
+
+    # ------------------------------------------------------------------ fleet operations
+    async def reload_weights(self, weights_path: str, *, version: int) -> None:
+        """Reload on every server (callers pause first); remembered for restarts."""
+        async with asyncio.TaskGroup() as tg:
+            for c in self.clients:
+                tg.create_task(c.reload_weights(weights_path, version=version))
+        self._weights = (weights_path, version)
+
+    async def load_lora(self, name: str, path: str) -> None:
+        async with asyncio.TaskGroup() as tg:
+            for c in self.clients:
+                tg.create_task(c.load_lora(name, path))
+        self._loras[name] = path
+
+
+def _kill_live_groups_of(servers: list[ServerState]) -> None:
+    for s in servers:
+        if s.process is not None and s.process.pid in _LIVE_GROUPS:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(s.process.pid, signal.SIGKILL)
+            _LIVE_GROUPS.discard(s.process.pid)

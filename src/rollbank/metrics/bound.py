@@ -1,0 +1,133 @@
+"""The lower bound T_LB on time-to-trainable-batch at fixed weights.
+
+From ../shared/reference/long-tail-and-lower-bound.md. Per trajectory i: ``d_i`` decode tokens,
+``p_ij`` uncached prefill tokens at turn j, ``t_ik`` tool latencies, ``s_i`` sandbox set-up,
+``v_i`` verification. Capacity: ``r*`` single-sequence decode rate, ``X_d*`` aggregate decode
+rate, ``X_p*`` prefill rate, ``S`` sandbox slots.
+
+- critical path  L_i = s_i + sum_j TTFT_min(p_ij) + d_i / r* + sum_k t_ik + v_i;
+  with over-provisioning (G' >= G groups launched, the first G complete accepted) the path
+  term is the G-th smallest *group* critical path (max over siblings) among the launched pool;
+- inference work  max(sum d / X_d*, sum p / X_p*) over the accepted trajectories;
+- sandbox work    sum o_i / S, o_i = L_i (a sandbox is held for at least the critical path).
+
+T_LB is the maximum of the three; efficiency is T_LB / T_measured (<= 1 when the bound holds).
+Measured tool, set-up and verify latencies are used as they were observed (they include host
+contention, so the bound is of *this* environment on *this* machine). TTFT_min(p) is
+``ttft_floor_s + p / prefill_rate_single``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rollbank.episodes.spans import spans_of
+from rollbank.episodes.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Measured (or declared) capacity of the collector's resources."""
+
+    decode_rate_single: float  # r*: tokens/s of one sequence alone on one server
+    decode_rate_max: float  # X_d*: best aggregate tokens/s over all servers
+    prefill_rate_single: float  # tokens/s of one prompt alone on one server
+    prefill_rate_max: float  # X_p*: aggregate prefill tokens/s over all servers
+    sandbox_slots: int  # S
+    ttft_floor_s: float = 0.0  # fixed per-request overhead (HTTP, scheduling), measured
+    source: str = "declared"  # "measured" when calibrated against the real servers
+
+    def __post_init__(self) -> None:
+        for name in ("decode_rate_single", "decode_rate_max", "prefill_rate_single",
+                     "prefill_rate_max"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"capacity {name} must be > 0")
+        if self.sandbox_slots < 1:
+            raise ValueError("capacity sandbox_slots must be >= 1")
+
+    def ttft_min(self, uncached_tokens: int) -> float:
+        return self.ttft_floor_s + uncached_tokens / self.prefill_rate_single
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    critical_path_s: float
+    inference_work_s: float
+    sandbox_work_s: float
+    groups_in_pool: int
+    groups_needed: int
+
+    @property
+    def t_lb(self) -> float:
+        return max(self.critical_path_s, self.inference_work_s, self.sandbox_work_s)
+
+    @property
+    def binding_term(self) -> str:
+        terms = {
+            "critical_path": self.critical_path_s,
+            "inference_work": self.inference_work_s,
+            "sandbox_work": self.sandbox_work_s,
+        }
+        return max(terms, key=lambda k: terms[k])
+
+    def efficiency(self, measured_s: float) -> float | None:
+        return self.t_lb / measured_s if measured_s > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "t_lb_s": self.t_lb, "binding_term": self.binding_term}
+
+
+def decode_tokens(traj: Trajectory) -> int:
+    return traj.num_model_tokens
+
+
+def uncached_prefill(traj: Trajectory) -> list[int]:
+    """Uncached prompt tokens per turn (the server's reported cache hit subtracted)."""
+    return [s.uncached_tokens for s in spans_of(traj, "inference")]
+
+
+def tool_latencies(traj: Trajectory) -> list[float]:
+    return [s.duration for s in spans_of(traj, "exec")]
+
+
+def critical_path(traj: Trajectory, cap: Capacity) -> float:
+    """L_i: the time this trajectory would take alone on an idle system."""
+    prefill = sum(cap.ttft_min(p) for p in uncached_prefill(traj))
+    decode = decode_tokens(traj) / cap.decode_rate_single
+    return traj.sandbox_setup_s + prefill + decode + sum(tool_latencies(traj)) + traj.verify_s
+
+
+def group_paths(trajs: Iterable[Trajectory], cap: Capacity) -> dict[str, float]:
+    """Group critical path: a group completes when its slowest sibling does."""
+    out: dict[str, float] = defaultdict(float)
+    for t in trajs:
+        out[t.group_id] = max(out[t.group_id], critical_path(t, cap))
+    return dict(out)
+
+
+def lower_bound(
+    accepted: Sequence[Trajectory],
+    cap: Capacity,
+    *,
+    pool: Sequence[Trajectory] | None = None,
+    groups_needed: int | None = None,
+) -> LowerBound:
+    """T_LB for producing ``accepted`` (G complete groups), given the launched ``pool``.
+
+    ``pool`` holds every *complete* group launched in the window (accepted or not); the path
+    term is its G-th smallest group path. Without a pool the accepted groups are the pool.
+    """
+    need = groups_needed if groups_needed is not None else len({t.group_id for t in accepted})
+    paths = sorted(group_paths(pool if pool is not None else accepted, cap).values())
+    path_term = 0.0 if not paths or need == 0 else paths[min(need, len(paths)) - 1]
+    d = sum(decode_tokens(t) for t in accepted)
+    p = sum(sum(uncached_prefill(t)) for t in accepted)
+    inference = max(d / cap.decode_rate_max, p / cap.prefill_rate_max)
+    sandbox = sum(critical_path(t, cap) for t in accepted) / cap.sandbox_slots
+    return LowerBound(path_term, inference, sandbox, len(paths), need)

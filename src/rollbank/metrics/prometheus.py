@@ -1,0 +1,107 @@
+"""A Prometheus endpoint for long collections, fed by the lifecycle events.
+
+:class:`PrometheusSink` is an :class:`~rollbank.scheduling.events.EventSink`: it turns every
+event into counter, gauge and histogram updates on its own ``CollectorRegistry`` (never the
+process-global one, so several collectors or tests can coexist). :meth:`serve` exposes the
+registry over HTTP (``prometheus_client.start_http_server``, a daemon thread owned by the
+library); :meth:`close` shuts it down.
+
+Invariants
+- ``rollbank_attempts_in_flight`` = launched - (finished + aborted) at every moment.
+- Updates are in-memory and O(1): the sink never blocks the driver.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import start_http_server
+
+from rollbank.scheduling.events import (
+    AttemptFinished,
+    AttemptWaste,
+    BatchEvent,
+    Event,
+    EventKind,
+)
+
+_DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class PrometheusSink:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.attempts = Counter("rollbank_attempt_events", "attempt lifecycle events",
+                                ["event"], registry=r)
+        self.outcomes = Counter("rollbank_outcomes", "finished attempts by outcome and reason",
+                                ["outcome", "reason"], registry=r)
+        self.waste = Counter("rollbank_waste", "attempts settled as waste", ["reason"],
+                             registry=r)
+        self.waste_s = Counter("rollbank_waste_sandbox_seconds",
+                               "sandbox-slot seconds held by wasted attempts", registry=r)
+        self.in_flight = Gauge("rollbank_attempts_in_flight", "attempts running now", registry=r)
+        self.groups = Counter("rollbank_groups", "groups by fate", ["fate"], registry=r)
+        self.batches = Counter("rollbank_batches", "batches handed to the trainer", registry=r)
+        self.model_tokens = Counter("rollbank_model_tokens", "tokens sampled by the model",
+                                    registry=r)
+        self.episode_s = Histogram("rollbank_episode_duration_seconds",
+                                   "launch-to-finish time of attempts", registry=r,
+                                   buckets=_DURATION_BUCKETS)
+        self.batch_s = Histogram("rollbank_time_to_batch_seconds",
+                                 "time from batch window open to batch ready", registry=r,
+                                 buckets=_DURATION_BUCKETS)
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def emit(self, event: Event) -> None:
+        kind = event.kind
+        if kind in _ATTEMPT_KINDS:
+            self.attempts.labels(kind.value).inc()
+        if kind is EventKind.LAUNCHED:
+            self.in_flight.inc()
+        elif kind is EventKind.ABORTED:
+            self.in_flight.dec()
+        elif kind is EventKind.FINISHED and isinstance(event, AttemptFinished):
+            self.in_flight.dec()
+            self.outcomes.labels(event.outcome.outcome.value, event.outcome.reason.value).inc()
+            self.model_tokens.inc(event.model_tokens)
+            self.episode_s.observe(event.duration_s)
+        elif kind is EventKind.WASTE and isinstance(event, AttemptWaste):
+            self.waste.labels(event.reason.value).inc()
+            self.waste_s.inc(max(event.held_s, 0.0))
+        elif kind is EventKind.GROUP_READY:
+            self.groups.labels("ready").inc()
+        elif kind is EventKind.GROUP_DROPPED:
+            self.groups.labels("dropped").inc()
+        elif kind is EventKind.BATCH_READY and isinstance(event, BatchEvent):
+            self.batches.inc()
+            self.batch_s.observe(max(event.t - event.window_start, 0.0))
+
+    def exposition(self) -> bytes:
+        """The current metrics in the Prometheus text format."""
+        data: bytes = generate_latest(self.registry)
+        return data
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Start the HTTP endpoint; returns the bound port (pass 0 for any free port)."""
+        server, thread = start_http_server(port, addr=addr, registry=self.registry)
+        self._server, self._thread = server, thread
+        return int(server.server_address[1])
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+
+_ATTEMPT_KINDS = frozenset(
+    {EventKind.LAUNCHED, EventKind.STARTED, EventKind.FINISHED, EventKind.RETRIED,
+     EventKind.CARRIED, EventKind.ABORTED, EventKind.WASTE}
+)

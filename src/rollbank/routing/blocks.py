@@ -1,0 +1,84 @@
+"""Token-block hashing and a per-server approximate prefix index.
+
+A prompt is cut into full blocks of ``block_size`` token ids (the trailing partial block is
+ignored, as in a paged KV cache). Block ``i``'s hash chains block ``i-1``'s hash with the ids
+of block ``i``, so equal hashes at position ``i`` mean equal prefixes of ``(i+1)*block_size``
+tokens (up to hash collisions, which only cost a worse routing decision, never correctness).
+
+:class:`BlockIndex` is what the cache-aware router believes one server's prefix cache holds,
+learned from routing history (it never talks to the server). Invariants:
+- entries are kept in least-recently-used order and touched on every route that sends them;
+- an entry older than ``max_age_s`` or beyond ``max_blocks`` (oldest first) is dropped, as a
+  real KV cache would evict it;
+- ``match`` counts the leading blocks present, so it is a prefix length, not a set overlap.
+
+Python's ``hash`` of a tuple of ints does not depend on ``PYTHONHASHSEED``, so block hashes are
+stable across processes and runs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+_ROOT = 0x5EED_B10C
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
+    """Chained hashes of the full blocks of ``token_ids``."""
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    out: list[int] = []
+    prev = _ROOT
+    ids = list(token_ids)
+    for start in range(0, len(ids) - block_size + 1, block_size):
+        prev = hash((prev, *ids[start : start + block_size]))
+        out.append(prev)
+    return out
+
+
+class BlockIndex:
+    """LRU set of block hashes with last-use times (one per server)."""
+
+    def __init__(self, *, max_blocks: int, max_age_s: float) -> None:
+        self.max_blocks = max_blocks
+        self.max_age_s = max_age_s
+        self._blocks: OrderedDict[int, float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, h: object) -> bool:
+        return h in self._blocks
+
+    def expire(self, now: float) -> int:
+        """Drop entries unused for longer than ``max_age_s``; return how many."""
+        dropped = 0
+        limit = now - self.max_age_s
+        while self._blocks:
+            h, t = next(iter(self._blocks.items()))
+            if t >= limit:
+                break
+            del self._blocks[h]
+            dropped += 1
+        return dropped
+
+    def match(self, hashes: Sequence[int]) -> int:
+        """How many leading blocks of ``hashes`` this index holds."""
+        n = 0
+        for h in hashes:
+            if h not in self._blocks:
+                break
+            n += 1
+        return n
+
+    def touch(self, hashes: Sequence[int], now: float) -> None:
+        """Record that the server now holds these blocks (most recently used)."""
+        for h in hashes:
+            self._blocks[h] = now
+            self._blocks.move_to_end(h)
+        while len(self._blocks) > self.max_blocks:
+            self._blocks.popitem(last=False)
+
+    def clear(self) -> None:
+        self._blocks.clear()

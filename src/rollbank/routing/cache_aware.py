@@ -1,0 +1,160 @@
+"""Cache-aware routing: send a request where its prompt's prefix is cached, within load bounds.
+
+The policy, per request (all state is routing history; no I/O, time from the injected clock):
+
+1. Hash the prompt into chained token blocks (:mod:`rollbank.routing.blocks`) and find, for
+   every server, how many leading blocks it is believed to hold. If the best server holds at
+   least ``cache_threshold`` of the prompt's blocks, it is preferred (``prefix``).
+2. Otherwise the server of the trajectory's previous turn is preferred (``trajectory``), else
+   the server of a sibling in the same GRPO group (``group``: siblings share the prompt), else
+   none: the least-loaded server takes it (``load``).
+3. The preference is overridden only under real imbalance: the preferred server has more than
+   ``balance_abs_threshold`` in-flight requests above the least-loaded server AND more than
+   ``balance_rel_threshold`` times its load (``imbalance``).
+4. The chosen server is credited with the prompt's blocks (LRU, aged out after
+   ``eviction_s``) and becomes the trajectory's and group's server.
+
+Invariants
+- In-flight load is real: +1 on route, -1 on finish/abort of a known request id.
+- A cache reset, or a weight version change, on a server forgets every block and affinity
+  believed for that server (its KV is gone or stale); loads are untouched.
+- Ties (equal match, equal load) are broken by a rotating start index, never randomly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+
+from rollbank.clock import Clock
+from rollbank.routing.blocks import BlockIndex, block_hashes
+from rollbank.routing.config import RouterConfig
+from rollbank.routing.policies import LruMap
+from rollbank.routing.router import LoadTracker, RouteRequest
+
+
+class RouteReason(StrEnum):
+    """Why the cache-aware router chose a server (counted in :meth:`CacheAwareRouter.stats`)."""
+
+    PREFIX = "prefix"
+    TRAJECTORY = "trajectory"
+    GROUP = "group"
+    LOAD = "load"
+    IMBALANCE = "imbalance"
+
+
+class CacheAwareRouter:
+    """Prefix affinity on token-block hashes, bounded by real in-flight imbalance."""
+
+    def __init__(self, servers: Sequence[str], clock: Clock, config: RouterConfig) -> None:
+        self._loads = LoadTracker(servers)
+        self._clock = clock
+        self.config = config
+        self._index = {
+            s: BlockIndex(max_blocks=config.max_blocks_per_server, max_age_s=config.eviction_s)
+            for s in self._loads.servers
+        }
+        self._trajectory = LruMap(config.max_sessions)
+        self._group = LruMap(config.max_sessions)
+        self._versions: dict[str, int] = {}
+        self._tie = 0
+        self._reasons: Counter[RouteReason] = Counter()
+        self.last_reason: RouteReason | None = None
+
+    # ------------------------------------------------------------------ Router protocol
+    @property
+    def servers(self) -> tuple[str, ...]:
+        return self._loads.servers
+
+    def route(self, req: RouteRequest) -> str:
+        now = self._clock.now()
+        for idx in self._index.values():
+            idx.expire(now)
+        hashes = block_hashes(req.prompt_token_ids, self.config.block_size)
+        preferred, reason = self._preference(req, hashes)
+        least = self._loads.least_loaded(start=self._tie)
+        self._tie += 1
+        if preferred is None:
+            server, reason = least, RouteReason.LOAD
+        elif self._imbalanced(preferred, least):
+            server, reason = least, RouteReason.IMBALANCE
+        else:
+            server = preferred
+        self._index[server].touch(hashes, now)
+        self._trajectory.put(req.trajectory_id, server)
+        self._group.put(req.group_id, server)
+        self._loads.add(server, req.request_id)
+        self._reasons[reason] += 1
+        self.last_reason = reason
+        return server
+
+    def on_finish(self, server: str, request_id: str) -> None:
+        self._loads.remove(server, request_id)
+
+    def on_abort(self, server: str, request_id: str) -> None:
+        self._loads.remove(server, request_id)
+
+    def on_cache_reset(self, server: str) -> None:
+        self._loads.check(server)
+        self._index[server].clear()
+        self._trajectory.drop_server(server)
+        self._group.drop_server(server)
+
+    def on_weight_version(self, server: str, version: int) -> None:
+        self._loads.check(server)
+        previous = self._versions.get(server)
+        self._versions[server] = version
+        if previous is not None and previous != version:
+            self.on_cache_reset(server)
+
+    def in_flight(self) -> Mapping[str, int]:
+        return self._loads.snapshot()
+
+    # ------------------------------------------------------------------ introspection
+    def stats(self) -> dict[str, int]:
+        """How many routes each reason decided, plus believed blocks per server."""
+        out = {f"reason_{r.value}": self._reasons[r] for r in RouteReason}
+        for s, idx in self._index.items():
+            out[f"blocks[{s}]"] = len(idx)
+        return out
+
+    def believed_match(self, server: str, prompt_token_ids: Sequence[int]) -> int:
+        """Leading blocks of this prompt the router believes ``server`` holds."""
+        hashes = block_hashes(prompt_token_ids, self.config.block_size)
+        return self._index[server].match(hashes)
+
+    # ------------------------------------------------------------------ internals
+    def _preference(
+        self, req: RouteRequest, hashes: list[int]
+    ) -> tuple[str | None, RouteReason]:
+        if hashes:
+            best: str | None = None
+            best_match = 0
+            n = len(self.servers)
+            for k in range(n):
+                s = self.servers[(self._tie + k) % n]
+                m = self._index[s].match(hashes)
+                better = m > best_match or (
+                    m == best_match and best is not None
+                    and self._loads.load(s) < self._loads.load(best)
+                )
+                if m > 0 and better:
+                    best, best_match = s, m
+            if best is not None and best_match / len(hashes) >= self.config.cache_threshold:
+                return best, RouteReason.PREFIX
+        pinned = self._trajectory.get(req.trajectory_id)
+        if pinned is not None:
+            return pinned, RouteReason.TRAJECTORY
+        sibling = self._group.get(req.group_id)
+        if sibling is not None:
+            return sibling, RouteReason.GROUP
+        return None, RouteReason.LOAD
+
+    def _imbalanced(self, preferred: str, least: str) -> bool:
+        hi = self._loads.load(preferred)
+        lo = self._loads.load(least)
+        return (
+            hi - lo > self.config.balance_abs_threshold
+            and hi > self.config.balance_rel_threshold * lo
+        )

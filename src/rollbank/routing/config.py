@@ -1,0 +1,59 @@
+"""Router configuration: one :class:`RouterConfig` section for every policy.
+
+Defaults follow the SGLang/vLLM-router cache-aware policy where they translate (cache
+threshold 0.3, relative imbalance 1.5), with an absolute threshold scaled to RL rollout
+concurrency (tens of requests per server, not thousands) and 16-token blocks as in vLLM's
+paged KV cache.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from rollbank.config import Section
+from rollbank.routing.router import RouterPolicy
+
+
+class RouterConfig(Section):
+    """How requests are spread over inference servers."""
+
+    policy: RouterPolicy = Field(
+        default=RouterPolicy.CACHE_AWARE,
+        description="Routing policy: round_robin, least_loaded, sticky (per trajectory) or "
+        "cache_aware (prefix affinity on token blocks, load-bounded, GRPO groups together).",
+    )
+    block_size: int = Field(
+        default=16, ge=1, le=4096,
+        description="Tokens per hashed block; match the engine's KV block size for accuracy.",
+    )
+    cache_threshold: float = Field(
+        default=0.3, ge=0.0, le=1.0,
+        description="cache_aware: minimum fraction of the prompt's blocks a server must "
+        "already hold for prefix affinity to decide; below it, trajectory/group affinity or "
+        "the least-loaded server decides.",
+    )
+    balance_abs_threshold: int = Field(
+        default=8, ge=0,
+        description="cache_aware: affinity is broken only if the preferred server has "
+        "more than this many in-flight requests above the least-loaded one ...",
+    )
+    balance_rel_threshold: float = Field(
+        default=1.5, ge=1.0,
+        description="... AND more than this factor times the least-loaded server's in-flight "
+        "requests (both conditions: real imbalance, not noise).",
+    )
+    eviction_s: float = Field(
+        default=600.0, gt=0.0,
+        description="cache_aware: a block not routed for this long is assumed evicted by the "
+        "server.",
+    )
+    max_blocks_per_server: int = Field(
+        default=65536, ge=1,
+        description="cache_aware: capacity of the believed prefix cache per server, in blocks "
+        "(approximate the server's KV capacity / block size); LRU beyond it.",
+    )
+    max_sessions: int = Field(
+        default=100_000, ge=1,
+        description="sticky/cache_aware: how many trajectory and group affinities are "
+        "remembered (least recently used dropped first).",
+    )

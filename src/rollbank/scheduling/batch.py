@@ -1,0 +1,127 @@
+"""What a trainer receives: a :class:`Batch` of complete groups, with its accounting.
+
+Invariants
+- ``GroupResult.trajectories`` are the group's valid (trainable: model_success/model_failure)
+  siblings, ordered by slot, and ``advantages[i]`` belongs to ``trajectories[i]``. Infra or
+  unknown attempts never appear there: they left both the gradient and the group baseline.
+- ``Batch.accounting`` counts attempts settled during this batch's window plus those carried
+  over it; over a whole collection ``launched == consumed + retried + waste`` once closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rollbank.episodes.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """One complete GRPO group as delivered to a trainer."""
+
+    group_id: str
+    task_id: str
+    seq: int  # original launch order
+    trajectories: tuple[Trajectory, ...]  # valid siblings, by slot
+    rewards: tuple[float, ...]  # the reward used for each valid sibling
+    advantages: tuple[float, ...]  # GRPO advantage per valid sibling
+    zero_variance: bool  # all valid rewards equal (advantages are all 0)
+    size: int  # group size n (slots)
+    infra_final: int  # slots that stayed infra/unknown after the retry limit
+    retries: int  # re-runs spent on this group
+    launched_at: float
+    completed_at: float
+
+
+@dataclass(frozen=True)
+class BatchAccounting:
+    """Attempt accounting for one batch window (counts of attempts, seconds held).
+
+    ``consumed`` attempts are in this batch; ``retried`` were replaced by a re-run;
+    ``waste`` settled without reaching a trainer (by reason in ``waste_by_reason``);
+    ``carried`` were unsettled at the batch boundary (running or waiting on siblings).
+    ``launched`` counts launches inside the window. Seconds are sandbox-slot seconds.
+    """
+
+    launched: int
+    consumed: int
+    retried: int
+    waste: int
+    carried: int
+    carried_running: int
+    waste_by_reason: dict[str, int] = field(default_factory=dict)
+    consumed_s: float = 0.0
+    retried_s: float = 0.0
+    waste_s: float = 0.0
+    # whole-run ledger at the boundary (cumulative): launched == sum of the states
+    total_launched: int = 0
+    total_settled: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DistStats:
+    """Summary of one quantity over a set of attempts."""
+
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    max: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SelectionProfile:
+    """Accepted batch vs the launched pool, so short-first selection bias is visible.
+
+    ``pool_*`` cover every attempt that finished so far in the run (accepted or not);
+    ``censored`` attempts were still running at the boundary, ``censored_elapsed`` is their
+    time so far (a lower bound on their duration).
+    """
+
+    accepted_duration: DistStats
+    pool_duration: DistStats
+    accepted_tokens: DistStats
+    pool_tokens: DistStats
+    accepted_reward_mean: float
+    pool_reward_mean: float
+    censored: int
+    censored_elapsed: DistStats
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One trainable batch: ``groups_per_batch`` complete groups (fewer only at the end)."""
+
+    index: int
+    groups: tuple[GroupResult, ...]
+    accounting: BatchAccounting
+    profile: SelectionProfile
+    window_start: float  # clock time the batch window opened (previous batch, or first launch)
+    ready_at: float  # clock time the batch was assembled
+    complete: bool  # True when it holds groups_per_batch groups
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [t for g in self.groups for t in g.trajectories]
+
+    def rows(self) -> Iterator[tuple[GroupResult, Trajectory, float, float]]:
+        """(group, trajectory, reward, advantage) for every trainable trajectory."""
+        for g in self.groups:
+            for traj, r, a in zip(g.trajectories, g.rewards, g.advantages, strict=True):
+                yield g, traj, r, a
+
+    @property
+    def time_to_batch_s(self) -> float:
+        return self.ready_at - self.window_start

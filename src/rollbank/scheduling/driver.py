@@ -1,0 +1,215 @@
+"""The asyncio driver: runs the pure :class:`~rollbank.scheduling.scheduler.Scheduler` for real.
+
+Owns the attempt tasks, the per-server inference limiters and the hand-off of batches.
+It asks the scheduler for decisions, starts one task per :class:`Launch` inside an
+``asyncio.TaskGroup``, feeds results back, cancels on :class:`Abort`, and yields each
+:class:`~rollbank.scheduling.batch.Batch` from :meth:`CollectionDriver.batches`.
+
+Invariants
+- Every launched attempt ends exactly once: its runner returns (``finished``) or the driver
+  cancels it (``aborted``); a runner that raises is recorded as ``infra_failure/host_error``.
+- No task outlives :meth:`batches`: when the consumer stops iterating or an error escapes,
+  remaining attempts are cancelled (and settled as waste) before the generator returns.
+- Results travel through a bounded queue (one place per sandbox slot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
+from typing import Protocol
+
+from rollbank.clock import Clock, MonotonicClock
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.trajectory import Trajectory
+from rollbank.scheduling.batch import Batch
+from rollbank.scheduling.config import SchedulerConfig
+from rollbank.scheduling.events import Event, EventSink, ListSink
+from rollbank.scheduling.scheduler import Scheduler
+from rollbank.scheduling.types import Abort, AttemptKey, AttemptSpec, EmitBatch, Launch
+
+
+class AttemptRunner(Protocol):
+    """Runs one attempt end to end (sandbox, agent turns, verifier) and returns its record.
+
+    Must not raise for episode failures (record an ``EpisodeOutcome`` instead); must clean
+    up its sandbox when cancelled (``CancelledError`` is how aborts arrive).
+    """
+
+    async def run(self, attempt: AttemptSpec) -> Trajectory: ...
+
+
+class _Context:
+    """The :class:`~rollbank.scheduling.types.AttemptContext` the driver lends one attempt."""
+
+    def __init__(self, driver: CollectionDriver, key: AttemptKey) -> None:
+        self._driver = driver
+        self._key = key
+
+    def mark_started(self) -> None:
+        self._driver._on_started(self._key)
+
+    def inference_slot(self, server: str = "") -> AbstractAsyncContextManager[None]:
+        return self._driver._inference_slot(self._key, server)
+
+
+class CollectionDriver:
+    """Collect ``config.num_batches`` batches by running ``runner`` under ``Scheduler`` policy.
+
+    Usage::
+
+        driver = CollectionDriver(config, runner, task_ids, sink=my_sink)
+        async for batch in driver.batches():
+            train_on(batch)
+
+    ``task_ids`` is the task sequence: group ``seq`` runs ``task_ids[seq % len(task_ids)]``.
+    ``sink`` receives every lifecycle event (see :mod:`rollbank.scheduling.events`).
+    After the iteration ends, :attr:`scheduler` holds the closed ledger
+    (``scheduler.bank.ledger``) and :attr:`batches_out` the batches yielded.
+    """
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        runner: AttemptRunner,
+        task_ids: list[str],
+        *,
+        sink: EventSink | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self.runner = runner
+        self.clock: Clock = clock or MonotonicClock()
+        self.sink: EventSink = sink or ListSink()
+        self.scheduler = Scheduler(config, task_ids, self.clock)
+        self.batches_out: list[Batch] = []
+        self._tasks: dict[AttemptKey, asyncio.Task[None]] = {}
+        self._results: asyncio.Queue[tuple[AttemptKey, Trajectory]] = asyncio.Queue(
+            maxsize=2 * config.sandbox_slots
+        )
+        self._grants: dict[tuple[AttemptKey, str], asyncio.Future[None]] = {}
+
+    # ------------------------------------------------------------ public
+    async def batches(self) -> AsyncIterator[Batch]:
+        """Yield batches as they become ready; cancel and settle everything when done."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                try:
+                    async for batch in self._loop(tg):
+                        yield batch
+                finally:
+                    self._close()
+        finally:
+            self._flush_events()
+
+    # ------------------------------------------------------------ loop
+    async def _loop(self, tg: asyncio.TaskGroup) -> AsyncIterator[Batch]:
+        while True:
+            ready: list[Batch] = []
+            for decision in self.scheduler.poll():
+                if isinstance(decision, Launch):
+                    self._start(tg, decision.spec)
+                elif isinstance(decision, Abort):
+                    self._abort(decision.key)
+                elif isinstance(decision, EmitBatch):
+                    ready.append(decision.batch)
+            self._flush_events()
+            for batch in ready:
+                self.batches_out.append(batch)
+                yield batch
+            if self.scheduler.done:
+                return
+            if not self._tasks:
+                # nothing runs and the scheduler has nothing to launch: it cannot progress
+                raise RuntimeError("collection stalled: no attempt in flight and none launchable")
+            key, traj = await self._results.get()
+            if key in self._tasks:  # else: aborted after it had already returned
+                del self._tasks[key]
+                self.scheduler.on_finished(key, traj)
+
+    def _start(self, tg: asyncio.TaskGroup, spec: AttemptSpec) -> None:
+        spec = replace(spec, ctx=_Context(self, spec.key))
+        self._tasks[spec.key] = tg.create_task(self._run_one(spec), name=spec.attempt_id)
+
+    async def _run_one(self, spec: AttemptSpec) -> None:
+        try:
+            traj = await self.runner.run(spec)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a runner bug must not crash the collector: record it
+            traj = _host_error_trajectory(spec, exc, self.clock.now())
+        await self._results.put((spec.key, traj))
+
+    def _abort(self, key: AttemptKey) -> None:
+        task = self._tasks.pop(key, None)
+        self.scheduler.on_aborted(key)
+        self._cancel_grants(key)
+        if task is not None:
+            task.cancel()
+
+    def _close(self) -> None:
+        for key in sorted(self._tasks):
+            self._abort(key)
+        self.scheduler.close()
+
+    def _flush_events(self) -> None:
+        for event in self.scheduler.drain_events():
+            self._emit(event)
+
+    def _emit(self, event: Event) -> None:
+        self.sink.emit(event)
+
+    # ------------------------------------------------------------ attempt context
+    def _on_started(self, key: AttemptKey) -> None:
+        self.scheduler.on_started(key)
+        self._flush_events()
+
+    @asynccontextmanager
+    async def _inference_slot(self, key: AttemptKey, server: str) -> AsyncIterator[None]:
+        if not self.scheduler.request_inference(key, server):
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._grants[(key, server)] = fut
+            try:
+                await fut
+            except asyncio.CancelledError:
+                self._grants.pop((key, server), None)
+                if fut.done() and not fut.cancelled():  # granted just before cancel
+                    self._release(key, server)
+                else:
+                    self.scheduler.cancel_inference_wait(key, server)
+                raise
+        try:
+            yield
+        finally:
+            self._release(key, server)
+
+    def _release(self, key: AttemptKey, server: str) -> None:
+        for granted in self.scheduler.release_inference(key, server):
+            fut = self._grants.pop((granted, server), None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+    def _cancel_grants(self, key: AttemptKey) -> None:
+        for gk in [gk for gk in self._grants if gk[0] == key]:
+            fut = self._grants.pop(gk)
+            if not fut.done():
+                fut.cancel()
+            self.scheduler.cancel_inference_wait(key, gk[1])
+
+
+def _host_error_trajectory(spec: AttemptSpec, exc: Exception, now: float) -> Trajectory:
+    return Trajectory(
+        trajectory_id=spec.attempt_id,
+        group_id=spec.group_id,
+        task_id=spec.task_id,
+        attempt=spec.slot,
+        retry=spec.retry,
+        seed=spec.seed,
+        launched_at=spec.launched_at,
+        finished_at=now,
+        outcome=EpisodeOutcome.of(
+            Reason.HOST_ERROR, error=f"{type(exc).__name__}: {exc}", where="runner"
+        ),
+    )

@@ -1,0 +1,154 @@
+"""Lifecycle events of a collection, and the sink protocol subscribers implement.
+
+The driver calls :meth:`EventSink.emit` synchronously, in order, for every lifecycle event;
+a sink must not block (buffer and flush elsewhere if it writes files). Every event has a
+``kind`` from the closed vocabulary :class:`EventKind`, the collector clock time ``t`` and a
+JSON-ready :meth:`Event.to_dict`.
+
+Invariants
+- Each launched attempt gets exactly one ``launched`` event and, eventually, exactly one
+  ``finished`` (runner returned) or ``aborted`` event; then exactly one settlement:
+  ``consumed`` (inside ``batch_ready``), ``retried``, or ``waste``. ``carried`` may appear
+  for it at each batch boundary it crosses unsettled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from rollbank.episodes.outcome import EpisodeOutcome
+
+
+class EventKind(StrEnum):
+    LAUNCHED = "launched"  # attempt got a sandbox slot and its task was started
+    STARTED = "started"  # the runner reported its sandbox ready
+    FINISHED = "finished"  # the runner returned a trajectory (any outcome)
+    RETRIED = "retried"  # an infra/unknown attempt will be re-run in its sibling slot
+    CARRIED = "carried"  # an unsettled attempt crossed a batch boundary into the next batch
+    ABORTED = "aborted"  # an in-flight attempt was cancelled
+    GROUP_READY = "group_ready"  # every sibling terminal; the group entered the bank
+    GROUP_DROPPED = "group_dropped"  # complete but unusable (too few valid / zero variance)
+    BATCH_READY = "batch_ready"  # a batch was assembled
+    WASTE = "waste"  # an attempt settled as waste (see WasteReason)
+
+
+class WasteReason(StrEnum):
+    ABORTED = "aborted"  # cancelled by the straggler policy
+    INFRA_FINAL = "infra_final"  # infra/unknown after the retry limit (kept out of the batch)
+    GROUP_DROPPED = "group_dropped"  # its group had fewer than min_valid valid siblings
+    ZERO_VARIANCE = "zero_variance"  # its group was filtered for zero reward variance
+    UNCONSUMED_AT_CLOSE = "unconsumed_at_close"  # still pending when the collection closed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    kind: EventKind
+    t: float
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["kind"] = self.kind.value
+        for k, v in list(d.items()):
+            if isinstance(v, StrEnum):
+                d[k] = v.value
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptEvent(Event):
+    """An event about one attempt. ``attempt_id`` is ``group_id/s<slot>/r<retry>``."""
+
+    attempt_id: str
+    group_id: str
+    task_id: str
+    slot: int
+    retry: int
+    seq: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptFinished(AttemptEvent):
+    """The runner returned. ``outcome`` is the episode verdict; timings are in seconds."""
+
+    outcome: EpisodeOutcome
+    duration_s: float
+    model_tokens: int
+    total_tokens: int
+    servers: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["outcome"] = self.outcome.to_dict()
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptWaste(AttemptEvent):
+    """The attempt settled as waste; ``held_s`` is how long it held a sandbox slot."""
+
+    reason: WasteReason
+    held_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptCarried(AttemptEvent):
+    """Unsettled at the boundary of batch ``batch_index``; ``running`` if still in flight."""
+
+    batch_index: int
+    running: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupEvent(Event):
+    """``group_ready`` / ``group_dropped``: ``valid`` trainable siblings out of ``size``."""
+
+    group_id: str
+    task_id: str
+    seq: int
+    size: int
+    valid: int
+    zero_variance: bool
+    why: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchEvent(Event):
+    """``batch_ready``: summary numbers of the batch; the full object is the Batch itself."""
+
+    batch_index: int
+    groups: int
+    trajectories: int
+    window_start: float
+    accounting: dict[str, int] = field(default_factory=dict)
+
+
+class EventSink(Protocol):
+    """Receives every lifecycle event. Called synchronously by the driver; must not block."""
+
+    def emit(self, event: Event) -> None: ...
+
+
+class ListSink:
+    """Keeps every event in memory (tests, small runs)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, kind: EventKind) -> list[Event]:
+        return [e for e in self.events if e.kind is kind]
+
+
+class FanoutSink:
+    """Forwards each event to several sinks, in order."""
+
+    def __init__(self, *sinks: EventSink) -> None:
+        self.sinks = sinks
+
+    def emit(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink.emit(event)

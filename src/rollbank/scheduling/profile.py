@@ -1,0 +1,59 @@
+"""Selection-bias profile: the accepted batch against the launched pool.
+
+Over-provisioning accepts the groups that finish first, which favours short episodes; this
+module makes that visible by summarising duration, model tokens and reward of the accepted
+trajectories beside every attempt that has finished so far, plus the still-running
+(censored) attempts whose elapsed time is a lower bound on their duration. Pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from rollbank.scheduling.batch import DistStats, GroupResult, SelectionProfile
+from rollbank.scheduling.ledger import AttemptState, Entry
+
+
+def dist(values: Iterable[float]) -> DistStats:
+    """n, mean, p50, p90 (nearest rank) and max; zeros for an empty set."""
+    xs = sorted(values)
+    if not xs:
+        return DistStats(0, 0.0, 0.0, 0.0, 0.0)
+
+    def rank(q: float) -> float:
+        return xs[max(0, math.ceil(q * len(xs)) - 1)]
+
+    return DistStats(len(xs), math.fsum(xs) / len(xs), rank(0.5), rank(0.9), xs[-1])
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values) if values else 0.0
+
+
+def selection_profile(
+    accepted: Sequence[GroupResult],
+    accepted_entries: Sequence[Entry],
+    entries: Iterable[Entry],
+    now: float,
+) -> SelectionProfile:
+    """Profile ``accepted`` groups (and their ledger entries) against every ledger entry.
+
+    Durations come from the ledger (launch to return on the scheduler's clock) for both sides.
+    """
+    entries = list(entries)
+    finished = [e for e in entries if e.duration_s is not None]
+    running = [e for e in entries if e.state is AttemptState.IN_FLIGHT]
+    pool_rewards = [e.reward for e in finished if e.reward is not None]
+    return SelectionProfile(
+        accepted_duration=dist(e.duration_s for e in accepted_entries if e.duration_s is not None),
+        pool_duration=dist(e.duration_s for e in finished if e.duration_s is not None),
+        accepted_tokens=dist(
+            float(e.model_tokens) for e in accepted_entries if e.model_tokens is not None
+        ),
+        pool_tokens=dist(float(e.model_tokens) for e in finished if e.model_tokens is not None),
+        accepted_reward_mean=_mean([r for g in accepted for r in g.rewards]),
+        pool_reward_mean=_mean(pool_rewards),
+        censored=len(running),
+        censored_elapsed=dist(now - e.launched_at for e in running),
+    )

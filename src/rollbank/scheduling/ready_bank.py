@@ -1,0 +1,271 @@
+"""The ready bank: groups enter when every sibling slot is terminal; trainers take them.
+
+Owns group completion, in-slot retries and the attempt :class:`~rollbank.scheduling.ledger.Ledger`.
+Pure: no I/O, time from the injected clock, events appended to an outbox list.
+
+Rules
+- A slot is terminal when its latest attempt is valid (``model_success``/``model_failure``), or
+  is ``infra_failure``/``unknown`` with ``max_retries`` re-runs spent. Before that, such an
+  attempt is settled ``retried`` and a re-run of the same slot (same seed, ``retry + 1``) is
+  returned as a :class:`Retry` decision, instead of discarding the group.
+- A complete group with fewer than ``min_valid`` valid siblings is dropped (waste); a
+  zero-variance group is flagged, and dropped only if ``filter_zero_variance``.
+- Advantages use valid siblings only (:mod:`rollbank.batching.advantages`).
+- :meth:`ReadyBank.take` hands out complete groups oldest-launch first, regardless of the
+  order in which they completed.
+
+Invariant: every launched attempt is accounted for exactly once (``consumed``, ``retried``,
+``waste``, or still open and therefore ``carried`` at a batch boundary); see
+:meth:`ReadyBank.check`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from rollbank.batching.advantages import group_advantages, is_valid
+from rollbank.clock import Clock
+from rollbank.episodes.trajectory import Trajectory
+from rollbank.scheduling.batch import GroupResult
+from rollbank.scheduling.config import ReadyBankConfig
+from rollbank.scheduling.events import (
+    AttemptEvent,
+    AttemptWaste,
+    Event,
+    EventKind,
+    GroupEvent,
+    WasteReason,
+)
+from rollbank.scheduling.ledger import AttemptState, Entry, Ledger, LedgerError
+from rollbank.scheduling.types import AttemptKey
+
+
+class GroupStatus(StrEnum):
+    OPEN = "open"  # some slot not terminal
+    READY = "ready"  # complete, in the bank
+    DROPPED = "dropped"
+    ABORTED = "aborted"
+    CONSUMED = "consumed"
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Re-run this slot: ``key`` is the new attempt (same group, slot and seed)."""
+
+    key: AttemptKey
+    task_id: str
+
+
+@dataclass(frozen=True)
+class GroupDone:
+    """The group became complete: ``ready`` (in the bank) or dropped with ``why``."""
+
+    group_id: str
+    ready: bool
+    why: str = ""
+
+
+BankDecision = Retry | GroupDone | None
+
+
+@dataclass
+class _Slot:
+    current: AttemptKey
+    result: Trajectory | None = None
+    retries: int = 0
+    terminal: bool = False
+
+
+@dataclass
+class _Group:
+    group_id: str
+    task_id: str
+    seq: int
+    launched_at: float
+    slots: list[_Slot]
+    status: GroupStatus = GroupStatus.OPEN
+    attempts: list[AttemptKey] = field(default_factory=list)  # every launched key
+    result: GroupResult | None = None
+    valid_keys: list[AttemptKey] = field(default_factory=list)  # attempts in ``result``
+
+
+class ReadyBank:
+    def __init__(
+        self, config: ReadyBankConfig, clock: Clock, outbox: list[Event] | None = None
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.outbox: list[Event] = outbox if outbox is not None else []
+        self.ledger = Ledger()
+        self._groups: dict[str, _Group] = {}
+
+    # ------------------------------------------------------------ groups
+    def open_group(self, group_id: str, task_id: str, seq: int) -> list[AttemptKey]:
+        """Register a new group; returns the first attempt key of each slot."""
+        if group_id in self._groups:
+            raise ValueError(f"group {group_id} opened twice")
+        keys = [AttemptKey(seq, s, 0, group_id) for s in range(self.config.group_size)]
+        self._groups[group_id] = _Group(
+            group_id, task_id, seq, self.clock.now(), [_Slot(k) for k in keys]
+        )
+        return keys
+
+    def status(self, group_id: str) -> GroupStatus:
+        return self._groups[group_id].status
+
+    def task_of(self, group_id: str) -> str:
+        return self._groups[group_id].task_id
+
+    def seq_of(self, group_id: str) -> int:
+        return self._groups[group_id].seq
+
+    def has_launched(self, group_id: str) -> bool:
+        return bool(self._groups[group_id].attempts)
+
+    @property
+    def ready_count(self) -> int:
+        return sum(1 for g in self._groups.values() if g.status is GroupStatus.READY)
+
+    def open_groups(self) -> list[str]:
+        return [g.group_id for g in self._groups.values() if g.status is GroupStatus.OPEN]
+
+    # ------------------------------------------------------------ attempts
+    def on_launched(self, key: AttemptKey) -> Entry:
+        group = self._groups[key.group_id]
+        if group.status is not GroupStatus.OPEN or group.slots[key.slot].current != key:
+            raise LedgerError(f"{key.attempt_id} launched but is not its slot's current attempt")
+        group.attempts.append(key)
+        return self.ledger.launch(key, group.task_id, self.clock.now())
+
+    def on_finished(self, key: AttemptKey, traj: Trajectory) -> BankDecision:
+        """Record a returned attempt; maybe retry its slot; maybe complete its group."""
+        group = self._groups[key.group_id]
+        slot = group.slots[key.slot]
+        if group.status is not GroupStatus.OPEN or slot.current != key or slot.terminal:
+            raise LedgerError(f"{key.attempt_id} finished but its slot does not expect it")
+        now = self.clock.now()
+        valid = is_valid(traj)
+        reward = traj.reward if valid else None
+        self.ledger.finish(key, now, model_tokens=traj.num_model_tokens, reward=reward)
+        slot.result = traj
+        if not valid and slot.retries < self.config.max_retries:
+            self._settle(key, AttemptState.RETRIED, now)
+            self.outbox.append(self._attempt_event(EventKind.RETRIED, key))
+            slot.retries += 1
+            slot.current = AttemptKey(key.seq, key.slot, key.retry + 1, key.group_id)
+            slot.result = None
+            return Retry(slot.current, group.task_id)
+        slot.terminal = True
+        if all(s.terminal for s in group.slots):
+            return self._complete(group)
+        return None
+
+    def abort_group(self, group_id: str, reason: WasteReason = WasteReason.ABORTED) -> list[AttemptKey]:
+        """Abandon an open group: settle its launched attempts as waste; return those in flight."""
+        group = self._groups[group_id]
+        if group.status is not GroupStatus.OPEN:
+            raise LedgerError(f"group {group_id} aborted while {group.status.value}")
+        group.status = GroupStatus.ABORTED
+        in_flight = [k for k in group.attempts
+                     if self.ledger.entries[k].state is AttemptState.IN_FLIGHT]
+        for k in group.attempts:
+            if self.ledger.entries[k].state not in (AttemptState.RETRIED, AttemptState.WASTE):
+                self._waste(k, reason)
+        return in_flight
+
+    # ------------------------------------------------------------ completion
+    def _complete(self, group: _Group) -> GroupDone:
+        done = [(s.current, s.result) for s in group.slots if s.result is not None]
+        valid_keys = [k for k, t in done if is_valid(t)]
+        for k, t in done:
+            if not is_valid(t):
+                self._waste(k, WasteReason.INFRA_FINAL)
+        valid, adv = (
+            group_advantages([t for _, t in done], self.config.advantages)
+            if valid_keys else ([], None)
+        )
+        drop: WasteReason | None = None
+        why = ""
+        if adv is None or len(valid) < self.config.min_valid:
+            drop, why = WasteReason.GROUP_DROPPED, f"{len(valid)} valid < min_valid"
+        elif adv.zero_variance and self.config.filter_zero_variance:
+            drop, why = WasteReason.ZERO_VARIANCE, "zero variance"
+        self.outbox.append(GroupEvent(
+            kind=EventKind.GROUP_DROPPED if drop else EventKind.GROUP_READY,
+            t=self.clock.now(), group_id=group.group_id, task_id=group.task_id, seq=group.seq,
+            size=len(group.slots), valid=len(valid),
+            zero_variance=adv.zero_variance if adv is not None else False, why=why,
+        ))
+        if drop is not None or adv is None:
+            group.status = GroupStatus.DROPPED
+            for k in valid_keys:
+                self._waste(k, drop or WasteReason.GROUP_DROPPED)
+            return GroupDone(group.group_id, False, why)
+        group.status = GroupStatus.READY
+        group.valid_keys = valid_keys
+        group.result = GroupResult(
+            group_id=group.group_id, task_id=group.task_id, seq=group.seq,
+            trajectories=tuple(valid), rewards=adv.rewards, advantages=adv.advantages,
+            zero_variance=adv.zero_variance, size=len(group.slots),
+            infra_final=len(done) - len(valid_keys), retries=sum(s.retries for s in group.slots),
+            launched_at=group.launched_at, completed_at=self.clock.now(),
+        )
+        return GroupDone(group.group_id, True)
+
+    def take(self, max_groups: int) -> list[GroupResult]:
+        """Hand out up to ``max_groups`` ready groups, oldest launch first; settle them consumed."""
+        ready = sorted(
+            (g for g in self._groups.values() if g.status is GroupStatus.READY),
+            key=lambda g: g.seq,
+        )[:max_groups]
+        now = self.clock.now()
+        out = []
+        for g in ready:
+            assert g.result is not None
+            g.status = GroupStatus.CONSUMED
+            for k in g.valid_keys:
+                self._settle(k, AttemptState.CONSUMED, now)
+            out.append(g.result)
+        return out
+
+    def consumed_entries(self, group_ids: list[str]) -> list[Entry]:
+        """Ledger entries of the attempts delivered in these (taken) groups."""
+        return [self.ledger.entries[k] for gid in group_ids for k in self._groups[gid].valid_keys]
+
+    def close(self) -> None:
+        """End of collection: everything unsettled becomes waste (``unconsumed_at_close``)."""
+        for g in self._groups.values():
+            if g.status in (GroupStatus.OPEN, GroupStatus.READY):
+                g.status = GroupStatus.ABORTED
+        for entry in self.ledger.unsettled():
+            self._waste(entry.key, WasteReason.UNCONSUMED_AT_CLOSE)
+
+    def check(self) -> None:
+        """Assert the accounting invariant (raises :class:`LedgerError`)."""
+        self.ledger.check()
+        for g in self._groups.values():
+            states = [self.ledger.entries[k].state for k in g.attempts]
+            if g.status is GroupStatus.CONSUMED and AttemptState.IN_FLIGHT in states:
+                raise LedgerError(f"group {g.group_id} consumed with an attempt in flight")
+
+    # ------------------------------------------------------------ helpers
+    def _settle(self, key: AttemptKey, state: AttemptState, now: float) -> None:
+        self.ledger.settle(key, state, now)
+
+    def _waste(self, key: AttemptKey, reason: WasteReason) -> None:
+        now = self.clock.now()
+        entry = self.ledger.settle(key, AttemptState.WASTE, now, reason)
+        base = self._attempt_event(EventKind.WASTE, key)
+        self.outbox.append(AttemptWaste(
+            kind=EventKind.WASTE, t=now, attempt_id=base.attempt_id, group_id=base.group_id,
+            task_id=base.task_id, slot=base.slot, retry=base.retry, seq=base.seq,
+            reason=reason, held_s=entry.held_s(now),
+        ))
+
+    def _attempt_event(self, kind: EventKind, key: AttemptKey) -> AttemptEvent:
+        return AttemptEvent(
+            kind=kind, t=self.clock.now(), attempt_id=key.attempt_id, group_id=key.group_id,
+            task_id=self._groups[key.group_id].task_id, slot=key.slot, retry=key.retry,
+            seq=key.seq,
+        )

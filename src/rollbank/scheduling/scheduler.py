@@ -1,0 +1,313 @@
+"""The scheduler: a pure state machine deciding launches, aborts and batch emission.
+
+It owns admission into the pool of groups, the two capacities (sandbox slots; inference slots
+per server), sibling priority, the straggler policy and batch assembly. It does no I/O:
+the driver reports events (:meth:`Scheduler.on_finished`, ...) and applies the decisions
+returned by :meth:`Scheduler.poll` (:class:`Launch`, :class:`Abort`, :class:`EmitBatch`).
+
+Policy (``optimized`` mode)
+- Admission keeps ``pool_groups`` (G') groups in the pool: a group is in the pool from its
+  admission until it is consumed, dropped or aborted. Each admitted group queues its n slots.
+- A waiting attempt gets a sandbox slot, and a waiting generate call gets an inference slot,
+  in priority order ``(seq, slot, retry)``: siblings and re-runs of older groups go first, so
+  started groups finish before new ones start. Retries and re-queued tasks keep their
+  original ``seq``: long or unlucky work keeps its place (FIFO by original launch).
+- Straggler policy once G groups are ready: ``carry`` emits and lets unfinished attempts run
+  on into the next batch; ``abort`` emits and cancels the open groups (waste), re-queuing
+  their tasks at their old place if ``requeue_aborted``; ``wait`` emits only when no group of
+  the pool is still open.
+- ``naive`` mode: see :class:`~rollbank.scheduling.types.SchedulingMode`.
+
+Invariants
+- Running attempts never exceed ``sandbox_slots``; granted inference slots never exceed
+  ``inference_slots_per_server`` on any server.
+- Every launched attempt is in the ready bank's ledger exactly once (see ready_bank).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Any
+
+from rollbank.batching.stats import max_version, version_lag_histogram
+from rollbank.clock import Clock
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.trajectory import Trajectory
+from rollbank.scheduling.batch import Batch
+from rollbank.scheduling.config import SchedulerConfig
+from rollbank.scheduling.events import (
+    AttemptCarried,
+    AttemptEvent,
+    AttemptFinished,
+    BatchEvent,
+    Event,
+    EventKind,
+)
+from rollbank.scheduling.ledger import AttemptState
+from rollbank.scheduling.profile import selection_profile
+from rollbank.scheduling.ready_bank import GroupStatus, ReadyBank, Retry
+from rollbank.scheduling.types import (
+    Abort,
+    AttemptKey,
+    AttemptSpec,
+    Decision,
+    EmitBatch,
+    Launch,
+    SchedulingMode,
+    StragglerPolicy,
+)
+
+
+def attempt_seed(base: int, seq: int, slot: int) -> int:
+    """Deterministic per-(group seq, slot) seed, identical across arms and retries."""
+    return (base * 1_000_003 + seq * 1_009 + slot) % (2**31 - 1)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, task_ids: Sequence[str], clock: Clock) -> None:
+        if not task_ids:
+            raise ValueError("the scheduler needs at least one task id")
+        self.config = config.effective()
+        self.task_ids = list(task_ids)
+        self.clock = clock
+        self.outbox: list[Event] = []
+        self.bank = ReadyBank(self.config.bank, clock, self.outbox)
+        self.done = False
+        self.batch_index = 0
+        self._created = 0  # groups created from the task sequence (re-queues not counted)
+        self._generation: dict[int, int] = {}  # seq -> times re-queued
+        self._requeue: list[int] = []  # heap of seqs of aborted groups to run again
+        self._queue: list[tuple[AttemptKey, str]] = []  # heap: attempts waiting for a sandbox
+        self._running: dict[AttemptKey, str] = {}  # key -> task_id
+        self._window_start: float | None = None
+        self._window_admitted = False  # naive: this window's G groups were admitted
+        self._inf_busy: dict[str, set[AttemptKey]] = {}
+        self._inf_wait: dict[str, list[tuple[tuple[int, ...], AttemptKey]]] = {}
+        self._arrivals = 0
+
+    @property
+    def naive(self) -> bool:
+        return self.config.mode is SchedulingMode.NAIVE
+
+    @property
+    def running(self) -> frozenset[AttemptKey]:
+        return frozenset(self._running)
+
+    # ------------------------------------------------------------ decisions
+    def poll(self) -> list[Decision]:
+        """Decisions to apply now: launches into free sandbox slots, aborts, ready batches."""
+        out: list[Decision] = []
+        if self.done:
+            return out
+        self._admit()
+        self._launch(out)
+        while not self.done and self._batch_due():
+            self._emit(out)
+            if not self.done:
+                self._admit()
+                self._launch(out)
+        return out
+
+    def drain_events(self) -> list[Event]:
+        """Lifecycle events produced since the last call, in order."""
+        events, self.outbox[:] = list(self.outbox), []
+        return events
+
+    # ------------------------------------------------------------ reports from the driver
+    def on_started(self, key: AttemptKey) -> None:
+        if key in self._running:
+            self.outbox.append(self._event(EventKind.STARTED, key))
+
+    def on_finished(self, key: AttemptKey, traj: Trajectory) -> None:
+        """The runner returned ``traj`` for ``key`` (ignored if the attempt was aborted)."""
+        if self._running.pop(key, None) is None:
+            return
+        self.outbox.append(AttemptFinished(
+            kind=EventKind.FINISHED, t=self.clock.now(), **self._ids(key),
+            outcome=_outcome_of(traj), duration_s=self.clock.now() - traj.launched_at,
+            model_tokens=traj.num_model_tokens, total_tokens=len(traj.token_ids),
+            servers=tuple(traj.servers),
+        ))
+        decision = self.bank.on_finished(key, traj)
+        if isinstance(decision, Retry):
+            heapq.heappush(self._queue, (decision.key, decision.task_id))
+
+    def on_aborted(self, key: AttemptKey) -> None:
+        """The driver cancelled ``key`` (after an :class:`Abort`, or while closing)."""
+        if self._running.pop(key, None) is not None:
+            self.outbox.append(self._event(EventKind.ABORTED, key))
+
+    def close(self) -> None:
+        """End of collection: nothing more launches; everything unsettled becomes waste."""
+        for key in sorted(self._running):
+            self.on_aborted(key)
+        self._queue.clear()
+        self.bank.close()
+        self.done = True
+
+    # ------------------------------------------------------------ inference capacity
+    def request_inference(self, key: AttemptKey, server: str = "") -> bool:
+        """True: granted now. False: queued; a later :meth:`release_inference` grants it."""
+        busy = self._inf_busy.setdefault(server, set())
+        if len(busy) < self.config.inference_slots_per_server:
+            busy.add(key)
+            return True
+        self._arrivals += 1
+        prio = (self._arrivals,) if self.naive else (key.seq, key.slot, key.retry, self._arrivals)
+        heapq.heappush(self._inf_wait.setdefault(server, []), (prio, key))
+        return False
+
+    def release_inference(self, key: AttemptKey, server: str = "") -> list[AttemptKey]:
+        """Free ``key``'s slot on ``server``; return the waiters granted in its place."""
+        busy = self._inf_busy.setdefault(server, set())
+        busy.discard(key)
+        wait = self._inf_wait.get(server, [])
+        granted = []
+        while wait and len(busy) < self.config.inference_slots_per_server:
+            _, k = heapq.heappop(wait)
+            busy.add(k)
+            granted.append(k)
+        return granted
+
+    def cancel_inference_wait(self, key: AttemptKey, server: str = "") -> None:
+        wait = self._inf_wait.get(server, [])
+        kept = [w for w in wait if w[1] != key]
+        if len(kept) != len(wait):
+            heapq.heapify(kept)
+            self._inf_wait[server] = kept
+
+    def inference_in_use(self, server: str = "") -> int:
+        return len(self._inf_busy.get(server, ()))
+
+    # ------------------------------------------------------------ internals
+    def _pool_size(self) -> int:
+        return len(self.bank.open_groups()) + self.bank.ready_count
+
+    def _can_create(self) -> bool:
+        return self.config.max_groups is None or self._created < self.config.max_groups
+
+    def _admit(self) -> None:
+        cfg = self.config
+        if self.naive:
+            if self._window_admitted:
+                return
+            self._window_admitted = True
+            for _ in range(cfg.groups_per_batch):
+                if self._can_create():
+                    self._open(self._created, new=True)
+            return
+        while self._pool_size() < cfg.pool_groups and (self._requeue or self._can_create()):
+            if self._requeue:
+                self._open(heapq.heappop(self._requeue), new=False)
+            else:
+                self._open(self._created, new=True)
+
+    def _open(self, seq: int, *, new: bool) -> None:
+        if new:
+            self._created += 1
+            group_id = f"g{seq:05d}"
+        else:
+            self._generation[seq] = self._generation.get(seq, 0) + 1
+            group_id = f"g{seq:05d}-q{self._generation[seq]}"
+        task_id = self.task_ids[seq % len(self.task_ids)]
+        for key in self.bank.open_group(group_id, task_id, seq):
+            heapq.heappush(self._queue, (key, task_id))
+
+    def _launch(self, out: list[Decision]) -> None:
+        now = self.clock.now()
+        while self._queue and len(self._running) < self.config.sandbox_slots:
+            key, task_id = heapq.heappop(self._queue)
+            if self.bank.status(key.group_id) is not GroupStatus.OPEN:
+                continue  # its group was aborted while it waited
+            if self._window_start is None:
+                self._window_start = now
+            self.bank.on_launched(key)
+            self._running[key] = task_id
+            seed = attempt_seed(self.config.seed, key.seq, key.slot)
+            spec = AttemptSpec(key, task_id, seed, self.config.bank.group_size, now)
+            self.outbox.append(self._event(EventKind.LAUNCHED, key))
+            out.append(Launch(spec))
+
+    def _exhausted(self) -> bool:
+        """Nothing runs, nothing waits, nothing more may be admitted."""
+        more = bool(self._requeue) or self._can_create()
+        return not self._running and not self._queue and not more
+
+    def _batch_due(self) -> bool:
+        g = self.config.groups_per_batch
+        ready = self.bank.ready_count
+        open_groups = bool(self.bank.open_groups())
+        if self.naive:
+            return self._window_admitted and not open_groups
+        if self._exhausted():
+            return True
+        if self.config.straggler is StragglerPolicy.WAIT:
+            return ready >= g and not open_groups
+        return ready >= g
+
+    def _emit(self, out: list[Decision]) -> None:
+        cfg = self.config
+        now = self.clock.now()
+        exhausted = self._exhausted()
+        groups = self.bank.take(cfg.groups_per_batch)
+        if not groups and exhausted:  # nothing left to give: stop without an empty batch
+            self.done = True
+            return
+        if cfg.straggler is StragglerPolicy.ABORT:
+            for gid in self.bank.open_groups():
+                if not self.bank.has_launched(gid):
+                    continue  # not started: nothing to abort, it keeps its place in the pool
+                seq = self.bank.seq_of(gid)
+                for key in self.bank.abort_group(gid):
+                    self._running.pop(key, None)
+                    self.outbox.append(self._event(EventKind.ABORTED, key))
+                    out.append(Abort(key, "straggler policy abort"))
+                if cfg.requeue_aborted:
+                    heapq.heappush(self._requeue, seq)
+        entries = self.bank.ledger.entries.values()
+        profile = selection_profile(
+            groups, self.bank.consumed_entries([g.group_id for g in groups]), entries, now
+        )
+        for e in self.bank.ledger.unsettled():
+            self.outbox.append(AttemptCarried(
+                kind=EventKind.CARRIED, t=now, **self._ids(e.key),
+                batch_index=self.batch_index, running=e.state is AttemptState.IN_FLIGHT,
+            ))
+        accounting = self.bank.ledger.close_window(now)
+        trajs = [t for g in groups for t in g.trajectories]
+        version = max_version(trajs)
+        start = self._window_start if self._window_start is not None else now
+        batch = Batch(
+            index=self.batch_index, groups=tuple(groups), accounting=accounting,
+            profile=profile, window_start=start, ready_at=now,
+            complete=len(groups) == cfg.groups_per_batch,
+            meta={"policy_version": version,
+                  "version_lag": version_lag_histogram(trajs, version),
+                  "mode": cfg.mode.value, "straggler": cfg.straggler.value},
+        )
+        self.outbox.append(BatchEvent(
+            kind=EventKind.BATCH_READY, t=now, batch_index=self.batch_index,
+            groups=len(groups), trajectories=len(trajs), window_start=start,
+            accounting={k: v for k, v in accounting.to_dict().items() if isinstance(v, int)},
+        ))
+        out.append(EmitBatch(batch))
+        self.batch_index += 1
+        self._window_start = now
+        self._window_admitted = False
+        if self.batch_index >= cfg.num_batches or exhausted:
+            self.done = True
+
+    def _ids(self, key: AttemptKey) -> dict[str, Any]:
+        return {"attempt_id": key.attempt_id, "group_id": key.group_id,
+                "task_id": self.bank.task_of(key.group_id), "slot": key.slot,
+                "retry": key.retry, "seq": key.seq}
+
+    def _event(self, kind: EventKind, key: AttemptKey) -> AttemptEvent:
+        return AttemptEvent(kind=kind, t=self.clock.now(), **self._ids(key))
+
+
+def _outcome_of(traj: Trajectory) -> EpisodeOutcome:
+    if traj.outcome is not None:
+        return traj.outcome
+    return EpisodeOutcome.of(Reason.UNATTRIBUTED, note="runner returned no outcome")

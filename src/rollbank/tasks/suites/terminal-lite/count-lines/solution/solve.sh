@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+wc -l < /app/input.txt | tr -d ' ' > /app/count.txt

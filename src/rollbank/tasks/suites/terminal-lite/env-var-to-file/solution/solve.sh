@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+printf '%s\n' "$DEPLOY_TOKEN" > /app/token.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+mkdir -p /app/data/raw/2024/q3 /app/data/processed

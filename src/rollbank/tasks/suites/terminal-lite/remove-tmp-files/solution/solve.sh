@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+find /app/work -type f -name '*.tmp' -delete

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+mv /app/report_draft.md /app/report_final.md
