@@ -155,7 +155,9 @@ async def test_bad_requests_and_unreachable() -> None:
     server = FakeInferenceServer(max_model_len=16)
     client = FakeInferenceClient(server)
     with pytest.raises(BadRequestError, match="max_model_len"):
-        await client.generate(req("long", list(range(10)), n=10))
+        await client.generate(req("long", list(range(17)), n=1))
+    clamped = await client.generate(req("clamp", list(range(10)), n=10))
+    assert len(clamped.token_ids) == 6 and clamped.finish_reason == "length"
     with pytest.raises(BadRequestError, match="LoRA"):
         await client.generate(req("l", [1], n=1, lora="nope"))
     await client.load_lora("ad", "/tmp/ad")

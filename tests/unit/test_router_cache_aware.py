@@ -143,7 +143,8 @@ def test_cache_reset_and_weight_version_forget_beliefs() -> None:
 
 def test_longest_prefix_wins_over_shorter_shared_prefix() -> None:
     clock = FakeClock()
-    r = make(clock, cache_threshold=0.1, balance_abs_threshold=0, balance_rel_threshold=1.0)
+    r = make(clock, cache_threshold=0.1, new_group_cache_threshold=0.1,
+             balance_abs_threshold=0, balance_rel_threshold=1.0)
     header = prompt(9, 16)
     pa = header + prompt(1, 16)
     pb = header + prompt(2, 16)
@@ -159,3 +160,36 @@ def test_longest_prefix_wins_over_shorter_shared_prefix() -> None:
         assert r.route(RouteRequest(f"b{i + 1}", f"tb{i}", f"gb{i}", [*pb, i])) == sb
         r.on_finish(sb, f"b{i + 1}")
         assert why(r) is RouteReason.PREFIX
+
+
+def test_new_groups_spread_despite_a_shared_header() -> None:
+    clock = FakeClock()
+    r = make(clock)  # defaults: cache_threshold 0.3, new_group_cache_threshold 0.9
+    header = prompt(9, 24)  # 6 of 8 blocks shared by every group: 75% > 0.3
+    first = {}
+    for g in range(4):
+        p = header + prompt(g, 8)
+        for k in range(2):
+            s = r.route(RouteRequest(f"g{g}s{k}", f"g{g}s{k}", f"g{g}", p))
+            first.setdefault(g, s)
+            assert s == first[g]  # siblings together
+    assert sorted(first.values()) == ["a", "a", "b", "b"]
+    assert r.in_flight() == {"a": 4, "b": 4}
+    # a new group of an already-seen task (whole prompt cached) follows its prefix
+    same_task = header + prompt(0, 8)
+    assert r.route(RouteRequest("h0", "h0s0", "h0", same_task)) == first[0]
+    assert why(r) is RouteReason.PREFIX
+
+
+def test_equal_loads_go_to_the_longest_match() -> None:
+    clock = FakeClock()
+    r = make(clock, ("a", "b", "c"))
+    p = prompt(1)
+    s = r.route(RouteRequest("r0", "t0", "g0", p))
+    r.on_finish(s, "r0")
+    for i in range(5):  # a new group, low match (half the prompt): load decides, ties -> match
+        q = p[:16] + prompt(10 + i, 16)
+        got = r.route(RouteRequest(f"q{i}", f"u{i}", f"h{i}", q))
+        assert why(r) is RouteReason.LOAD
+        assert got == s
+        r.on_finish(got, f"q{i}")

@@ -1,11 +1,143 @@
-"""`rollbank tasks` sub-command (being built)."""
+"""`rollbank tasks list|build|validate PATH...` — thin front end over rollbank.tasks.
+
+PATH is a task folder, a folder of task folders, or a built-in suite name (``terminal-lite``).
+``validate`` exits 0 only if every task's oracle scores 1 and its no-op agent does not;
+``--json`` prints one JSON object per task (one per line) as each finishes. Heavy imports are
+inside the handlers so ``rollbank --help`` stays instant.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from typing import Any
 
 
 def register(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("tasks", help="(being built)")
-    p.set_defaults(func=lambda args: 2)
+    p: argparse.ArgumentParser = sub.add_parser("tasks", help="list, build and validate tasks")
+    tsub = p.add_subparsers(dest="tasks_command", required=True)
+
+    ls = tsub.add_parser("list", help="list tasks (id, format, difficulty, category, cost, hash)")
+    ls.add_argument("paths", nargs="+", metavar="PATH")
+    ls.add_argument("--json", action="store_true", help="one JSON object per task")
+    ls.set_defaults(func=_list)
+
+    b = tsub.add_parser("build", help="build (or find cached) task environments")
+    b.add_argument("paths", nargs="+", metavar="PATH")
+    b.add_argument("--json", action="store_true", help="one JSON object per task")
+    b.set_defaults(func=_build)
+
+    v = tsub.add_parser("validate", help="build each task, check oracle = 1 and no-op != 1")
+    v.add_argument("paths", nargs="+", metavar="PATH")
+    v.add_argument("--json", action="store_true", help="one JSON object per task, as each finishes")
+    v.add_argument("--jobs", type=int, default=1, help="tasks validated concurrently (default 1)")
+    v.set_defaults(func=_validate)
+
+
+def _load(paths: list[str]) -> Any:
+    from rollbank.errors import InputError
+    from rollbank.tasks.loader import load_tasks
+
+    try:
+        return load_tasks(paths)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def _list(args: argparse.Namespace) -> int:
+    tasks = _load(args.paths)
+    if tasks is None:
+        return 2
+    rows = [{"id": t.task_id, "format": t.format.value, "difficulty": t.difficulty or "-",
+             "category": t.category or "-", "cost": t.cost or "-", "hash": t.content_hash[:12],
+             "path": str(t.path)} for t in tasks]
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+        return 0
+    cols = ["id", "format", "difficulty", "category", "cost", "hash"]
+    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    print("  ".join(c.upper().ljust(width[c]) for c in cols))
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(width[c]) for c in cols))
+    for t in tasks:
+        for w in t.warnings:
+            print(f"warning: {t.task_id}: {w}", file=sys.stderr)
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from rollbank.errors import InputError
+    from rollbank.tasks.builder import EnvironmentBuilder
+
+    tasks = _load(args.paths)
+    if tasks is None:
+        return 2
+    builder = EnvironmentBuilder()
+    code = 0
+    for t in tasks:
+        try:
+            built = builder.build(t)
+        except InputError as exc:
+            code = 1
+            out: dict[str, Any] = {"task_id": t.task_id, "ok": False, "error": str(exc)}
+        else:
+            out = {"task_id": t.task_id, "ok": True, "build_s": round(built.build_s, 3),
+                   "cached": built.cached, "steps_built": built.steps_built,
+                   "layers": [str(p) for p in built.layers], "layer_hashes": list(built.layer_hashes),
+                   "workdir": built.workdir, "approximations": list(built.approximations),
+                   "notes": list(built.notes)}
+        if args.json:
+            print(json.dumps(out), flush=True)
+        elif out["ok"]:
+            print(f"{t.task_id}: built in {out['build_s']:.2f}s ({'cached' if built.cached else f'{built.steps_built} steps'}), "
+                  f"{len(built.layers)} layers" + "".join(f"\n  approx: {a}" for a in built.approximations), flush=True)
+        else:
+            print(f"{t.task_id}: FAILED {out['error']}", flush=True)
+    return code
+
+
+def _validate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    tasks = _load(args.paths)
+    if tasks is None:
+        return 2
+    return asyncio.run(_validate_async(tasks, args))
+
+
+async def _validate_async(tasks: list[Any], args: argparse.Namespace) -> int:
+    from rollbank.errors import IsolationUnavailableError
+    from rollbank.sandbox.local import LocalBackend
+    from rollbank.tasks.builder import EnvironmentBuilder
+    from rollbank.tasks.validate import Validation, validate_tasks
+
+    def show(rec: Validation) -> None:
+        if args.json:
+            print(json.dumps(rec.to_dict()), flush=True)
+            return
+        t = rec.timings
+        mark = "PASS" if rec.ok else "FAIL"
+        print(f"{mark}  {rec.task_id:32s} oracle={_r(rec.oracle_reward)} noop={_r(rec.noop_reward)} "
+              f"build={t.get('build_s', 0):.1f}s oracle={t.get('oracle_s', 0):.1f}s "
+              f"noop={t.get('noop_s', 0):.1f}s" + (f"\n      {rec.error}" if rec.error else ""),
+              flush=True)
+
+    try:
+        async with LocalBackend() as backend:
+            results = await validate_tasks(tasks, backend, EnvironmentBuilder(),
+                                           jobs=args.jobs, on_result=show)
+    except IsolationUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    failed = [r.task_id for r in results if not r.ok]
+    if not args.json:
+        print(f"{len(results) - len(failed)}/{len(results)} tasks passed"
+              + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 0 if not failed else 1
+
+
+def _r(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"

@@ -26,6 +26,8 @@ whose observation begins with the same framing the model was stopped on (``"\\nO
 would then repeat it. :meth:`Conversation.append_observation` drops the longest prefix of the
 observation text (up to ``max_seam_chars``) that the decoded model turn already ends with, and
 tokenises the rest. Only the not-yet-present characters are added; nothing is re-tokenised.
+The same holds for a special token the model ended on (an end-of-turn id, which decodes to no
+text): if the observation's ids start with that very id, it is not appended a second time.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Conversation:
         self.add_bos = add_bos
         self.max_seam_chars = max_seam_chars
         self._last_model_tail = ""  # decoded end of the most recent model turn
+        self._last_model_id: int | None = None  # its last token, if it decodes to no text
         self._turns = 0
         self._started = False
 
@@ -98,6 +101,8 @@ class Conversation:
         self._turns += 1
         tail_ids = ids[-self.max_seam_chars :] if self.max_seam_chars else []
         self._last_model_tail = self.tokenizer.decode(tail_ids) if tail_ids else ""
+        last = ids[-1] if ids else None
+        self._last_model_id = last if last is not None and not self.tokenizer.decode([last]) else None
 
     def append_result(self, result: GenerateResult) -> None:
         """Record a server's answer (tokens, behaviour log-probs, weight version)."""
@@ -107,12 +112,15 @@ class Conversation:
         """Tokenise environment text on its own (see the module docstring) and append it."""
         self._require_started()
         text = text[self._seam_overlap(text) :]
+        last_special, self._last_model_id = self._last_model_id, None
         self._last_model_tail = ""
         if not text:
             return []
         ids = self.tokenizer.encode(text)
         bos = self.tokenizer.bos_token_id
         if bos is not None and ids and ids[0] == bos:
+            ids = ids[1:]
+        if last_special is not None and ids and ids[0] == last_special:
             ids = ids[1:]
         self.trajectory.append_prompt(ids)
         return ids

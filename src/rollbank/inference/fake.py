@@ -325,10 +325,9 @@ class FakeInferenceServer:
         sp = req.sampling
         if not prompt:
             raise BadRequestError("prompt is empty", server=self.base_url, request_id=req.request_id)
-        if len(prompt) + sp.max_tokens > self.max_model_len:
+        if len(prompt) > self.max_model_len:  # as vLLM: a too-long prompt is an error...
             raise BadRequestError(
-                f"prompt ({len(prompt)}) + max_tokens ({sp.max_tokens}) exceeds max_model_len "
-                f"({self.max_model_len})",
+                f"prompt ({len(prompt)} tokens) exceeds max_model_len ({self.max_model_len})",
                 server=self.base_url,
                 request_id=req.request_id,
             )
@@ -368,7 +367,8 @@ class FakeInferenceServer:
         finish: FinishReason = "length"
         stops = set(sp.stop_token_ids)
         eos = self.tokenizer.eos_token_id
-        for step in range(sp.max_tokens):
+        # ...but max_tokens is clamped to the context left (finish_reason "length").
+        for step in range(min(sp.max_tokens, self.max_model_len - len(prompt))):
             await asyncio.sleep(self.decode_s_per_token)
             await self._frozen.wait()
             if flight.dead:

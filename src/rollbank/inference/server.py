@@ -57,6 +57,9 @@ class ServerConfig(Section):
     kv_cache_gib: float = Field(2.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE per server (GiB)")
     seed: int = Field(0, description="--seed of every server (never sent per request: it kills vLLM CPU 0.32)")
     dtype: str | None = Field(None, description="--dtype; None: the model config's dtype")
+    block_size: int | None = Field(
+        None, ge=1, description="--block-size (KV/prefix-cache block); None: vLLM's default (128 on CPU)"
+    )
     enable_lora: bool = Field(False, description="start with --enable-lora (runtime LoRA loading)")
     max_lora_rank: int = Field(8, ge=1, description="--max-lora-rank when LoRA is enabled")
     max_loras: int = Field(2, ge=1, description="--max-loras when LoRA is enabled")
@@ -181,6 +184,8 @@ class ManagedServers:
         ]  # fmt: skip
         if cfg.dtype:
             cmd += ["--dtype", cfg.dtype]
+        if cfg.block_size:
+            cmd += ["--block-size", str(cfg.block_size)]
         if cfg.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank), "--max-loras", str(cfg.max_loras)]
         return cmd + list(cfg.extra_args)

@@ -141,14 +141,17 @@ def summarize_batch(
     t_start: float,
     t_end: float,
     seen: Sequence[Trajectory],
-    capacity: Capacity,
+    capacity: Capacity | None,
     servers: Sequence[str],
     groups_needed: int | None = None,
     group_size: int | None = None,
+    sandbox_slots: int | None = None,
     extra: dict[str, Any] | None = None,
 ) -> BatchSummary:
     """Summarise one batch. ``seen`` is every trajectory that finished by ``t_end`` (the pool);
-    with ``group_size`` only groups with that many finished siblings count for the path term."""
+    with ``group_size`` only groups with that many finished siblings count for the path term.
+    Without a ``capacity`` (servers not calibrated) there is no lower bound and no
+    utilisation of sandbox slots."""
     T = max(t_end - t_start, 0.0)
     finishes = [max(t.finished_at - t_start, 0.0) for t in accepted]
     t90, t100 = quantile(finishes, 0.9), max(finishes, default=0.0)
@@ -166,7 +169,8 @@ def summarize_batch(
     held_s = sum(b - a for a, b in held)
     exec_s = sum(b - a for a, b in clip([(s.start, s.end) for s in spans if s.kind == "exec"],
                                         t_start, t_end))
-    slot_s = capacity.sandbox_slots * T
+    slots = sandbox_slots or (capacity.sandbox_slots if capacity is not None else None)
+    slot_s = (slots or 0) * T
     tokens = sum(s.gen_tokens for s in window_inf)
     reported = [s for s in window_inf if s.cached_tokens is not None]
     sent = sum(s.prompt_tokens for s in reported)
@@ -175,8 +179,8 @@ def summarize_batch(
     for t in seen:
         pool_groups.setdefault(t.group_id, []).append(t)
     complete = [g for g in pool_groups.values() if group_size is None or len(g) >= group_size]
-    lb = lower_bound(accepted, capacity, pool=[t for g in complete for t in g],
-                     groups_needed=groups_needed)
+    lb = None if capacity is None else lower_bound(
+        accepted, capacity, pool=[t for g in complete for t in g], groups_needed=groups_needed)
     pool = [t for t in seen if t_start <= t.finished_at <= t_end]
     return BatchSummary(
         batch_index=batch_index,
@@ -197,8 +201,8 @@ def summarize_batch(
         sandbox_exec_util=exec_s / slot_s if slot_s > 0 else 0.0,
         outcomes=dict(Counter(t.outcome.outcome.value for t in accepted if t.outcome)),
         prefix_cache_hit_rate=(sum(s.cached_tokens or 0 for s in reported) / sent) if sent else None,
-        lower_bound=lb.to_dict(),
-        efficiency=lb.efficiency(T),
+        lower_bound=lb.to_dict() if lb is not None else {},
+        efficiency=lb.efficiency(T) if lb is not None else None,
         accepted_profile=Profile.of(accepted),
         pool_profile=Profile.of(pool),
         extra=dict(extra or {}),

@@ -4,10 +4,13 @@ The policy, per request (all state is routing history; no I/O, time from the inj
 
 1. Hash the prompt into chained token blocks (:mod:`rollbank.routing.blocks`) and find, for
    every server, how many leading blocks it is believed to hold. If the best server holds at
-   least ``cache_threshold`` of the prompt's blocks, it is preferred (``prefix``).
+   least ``cache_threshold`` of the prompt's blocks, it is preferred (``prefix``). For the
+   first request of a new GRPO group (trajectory and group never seen) the bar is
+   ``new_group_cache_threshold``: a shared few-shot header must not pull every new group onto
+   the server that saw it first; new groups spread by load instead.
 2. Otherwise the server of the trajectory's previous turn is preferred (``trajectory``), else
    the server of a sibling in the same GRPO group (``group``: siblings share the prompt), else
-   none: the least-loaded server takes it (``load``).
+   none: the least-loaded server takes it (``load``; equal loads go to the longest match).
 3. The preference is overridden only under real imbalance: the preferred server has more than
    ``balance_abs_threshold`` in-flight requests above the least-loaded server AND more than
    ``balance_rel_threshold`` times its load (``imbalance``).
@@ -73,7 +76,7 @@ class CacheAwareRouter:
             idx.expire(now)
         hashes = block_hashes(req.prompt_token_ids, self.config.block_size)
         preferred, reason = self._preference(req, hashes)
-        least = self._loads.least_loaded(start=self._tie)
+        least = self._least_loaded(hashes)
         self._tie += 1
         if preferred is None:
             server, reason = least, RouteReason.LOAD
@@ -128,6 +131,10 @@ class CacheAwareRouter:
     def _preference(
         self, req: RouteRequest, hashes: list[int]
     ) -> tuple[str | None, RouteReason]:
+        pinned = self._trajectory.get(req.trajectory_id)
+        sibling = self._group.get(req.group_id)
+        known = pinned is not None or sibling is not None
+        threshold = self.config.cache_threshold if known else self.config.new_group_cache_threshold
         if hashes:
             best: str | None = None
             best_match = 0
@@ -141,15 +148,25 @@ class CacheAwareRouter:
                 )
                 if m > 0 and better:
                     best, best_match = s, m
-            if best is not None and best_match / len(hashes) >= self.config.cache_threshold:
+            if best is not None and best_match / len(hashes) >= threshold:
                 return best, RouteReason.PREFIX
-        pinned = self._trajectory.get(req.trajectory_id)
         if pinned is not None:
             return pinned, RouteReason.TRAJECTORY
-        sibling = self._group.get(req.group_id)
         if sibling is not None:
             return sibling, RouteReason.GROUP
         return None, RouteReason.LOAD
+
+    def _least_loaded(self, hashes: list[int]) -> str:
+        """The least-loaded server; among equals the longest match, then rotation."""
+        n = len(self.servers)
+        best = self.servers[self._tie % n]
+        best_key = (self._loads.load(best), -self._index[best].match(hashes))
+        for k in range(1, n):
+            s = self.servers[(self._tie + k) % n]
+            key = (self._loads.load(s), -self._index[s].match(hashes))
+            if key < best_key:
+                best, best_key = s, key
+        return best
 
     def _imbalanced(self, preferred: str, least: str) -> bool:
         hi = self._loads.load(preferred)

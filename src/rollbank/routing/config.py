@@ -32,6 +32,13 @@ class RouterConfig(Section):
         "already hold for prefix affinity to decide; below it, trajectory/group affinity or "
         "the least-loaded server decides.",
     )
+    new_group_cache_threshold: float = Field(
+        default=0.9, ge=0.0, le=1.0,
+        description="cache_aware: a request whose trajectory and GRPO group were never seen "
+        "(a new group) follows a prefix only if a server holds at least this fraction of it "
+        "(e.g. another group of the same task); otherwise it goes to the least-loaded server, "
+        "so a shared few-shot header alone does not pile new groups onto one server.",
+    )
     balance_abs_threshold: int = Field(
         default=8, ge=0,
         description="cache_aware: affinity is broken only if the preferred server has "

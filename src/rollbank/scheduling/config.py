@@ -9,70 +9,78 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from rollbank.batching.advantages import AdvantageConfig
 from rollbank.config import Section
 from rollbank.scheduling.types import SchedulingMode, StragglerPolicy
 
-
-class AdvantageConfig(Section):
-    """GRPO advantages over the valid (trainable) siblings of a group."""
-
-    normalize_std: bool = Field(
-        True, description="divide (r - mean) by the group's std (GRPO); false: Dr. GRPO style"
-    )
-    eps: float = Field(1e-6, gt=0, description="added to the std before dividing")
-    failure_reward: float = Field(
-        0.0, description="reward of a model_failure whose verifier wrote no reward"
-    )
-    success_reward: float = Field(
-        1.0, description="reward of a model_success whose verifier wrote no reward"
-    )
+__all__ = ["AdvantageConfig", "ReadyBankConfig", "SchedulerConfig"]
 
 
 class ReadyBankConfig(Section):
     """When a group is complete, when a slot is re-run, which groups a trainer receives."""
 
-    group_size: int = Field(8, ge=1, description="siblings per GRPO group (n)")
+    group_size: int = Field(default=8, ge=1, description="siblings per GRPO group (n)")
     max_retries: int = Field(
-        2, ge=0, description="re-runs of a sibling slot after infra_failure/unknown"
+        default=2, ge=0, description="re-runs of a sibling slot after infra_failure/unknown"
     )
     min_valid: int = Field(
-        2, ge=1, description="a complete group with fewer valid siblings is dropped as waste"
+        default=2,
+        ge=1,
+        description="a complete group with fewer valid siblings is dropped as waste",
     )
     filter_zero_variance: bool = Field(
-        False, description="drop complete groups whose valid rewards are all equal (as waste)"
+        default=False,
+        description="drop complete groups whose valid rewards are all equal (as waste)",
     )
     advantages: AdvantageConfig = Field(
         default_factory=AdvantageConfig, description="how advantages are computed"
     )
 
 
+    @model_validator(mode="after")
+    def _consistent(self) -> ReadyBankConfig:
+        if self.min_valid > self.group_size:
+            raise ValueError(f"min_valid ({self.min_valid}) > group_size ({self.group_size})")
+        if self.filter_zero_variance and self.group_size < 2:
+            raise ValueError("filter_zero_variance would drop every group of size 1")
+        return self
+
+
 class SchedulerConfig(Section):
     """Launch policy: capacities, over-provisioning, straggler policy, batch count."""
 
     mode: SchedulingMode = Field(
-        SchedulingMode.OPTIMIZED, description="optimized collector or the naive baseline"
+        default=SchedulingMode.OPTIMIZED, description="optimized collector or the naive baseline"
     )
-    groups_per_batch: int = Field(32, ge=1, description="G: complete groups per batch")
+    groups_per_batch: int = Field(default=32, ge=1, description="G: complete groups per batch")
     pool_groups: int = Field(
-        40,
+        default=40,
         ge=1,
         description="G' >= G: groups launched and not yet consumed or discarded (over-provisioning)",
     )
     straggler: StragglerPolicy = Field(
-        StragglerPolicy.CARRY, description="wait | carry | abort (unfinished attempts at a batch)"
+        default=StragglerPolicy.CARRY,
+        description="wait | carry | abort (unfinished attempts at a batch)",
     )
     requeue_aborted: bool = Field(
-        True, description="re-queue the task of an aborted group at its original place (FIFO)"
+        default=True,
+        description="re-queue the task of an aborted group at its original place (FIFO)",
     )
-    sandbox_slots: int = Field(64, ge=1, description="attempts holding a sandbox at once")
+    sandbox_slots: int = Field(default=64, ge=1, description="attempts holding a sandbox at once")
     inference_slots_per_server: int = Field(
-        16, ge=1, description="concurrent generate requests per server (one limiter per server)"
+        default=16,
+        ge=1,
+        description="concurrent generate requests per server (one limiter per server)",
     )
-    num_batches: int = Field(1, ge=1, description="batches to collect before closing")
+    num_batches: int = Field(default=1, ge=1, description="batches to collect before closing")
     max_groups: int | None = Field(
-        None, ge=1, description="stop launching new groups after this many (None: unlimited)"
+        default=None,
+        ge=1,
+        description="stop launching new groups after this many (None: unlimited)",
     )
-    seed: int = Field(0, description="base seed; an attempt's seed depends on (seed, seq, slot)")
+    seed: int = Field(
+        default=0, description="base seed; an attempt's seed depends on (seed, seq, slot)"
+    )
     bank: ReadyBankConfig = Field(
         default_factory=ReadyBankConfig, description="ready bank settings"
     )

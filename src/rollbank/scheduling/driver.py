@@ -1,22 +1,27 @@
 """The asyncio driver: runs the pure :class:`~rollbank.scheduling.scheduler.Scheduler` for real.
 
 Owns the attempt tasks, the per-server inference limiters and the hand-off of batches.
-It asks the scheduler for decisions, starts one task per :class:`Launch` inside an
-``asyncio.TaskGroup``, feeds results back, cancels on :class:`Abort`, and yields each
-:class:`~rollbank.scheduling.batch.Batch` from :meth:`CollectionDriver.batches`.
+One collector task (owned by :meth:`CollectionDriver.batches`, awaited on exit) asks the
+scheduler for decisions, starts one task per :class:`Launch` inside its ``asyncio.TaskGroup``,
+feeds results back, cancels on :class:`Abort`, and hands each
+:class:`~rollbank.scheduling.batch.Batch` to the consumer through a one-place queue (so
+collection goes on while the consumer trains on the previous batch, and pauses after that).
 
 Invariants
 - Every launched attempt ends exactly once: its runner returns (``finished``) or the driver
   cancels it (``aborted``); a runner that raises is recorded as ``infra_failure/host_error``.
-- No task outlives :meth:`batches`: when the consumer stops iterating or an error escapes,
-  remaining attempts are cancelled (and settled as waste) before the generator returns.
-- Results travel through a bounded queue (one place per sandbox slot).
+- No task outlives :meth:`CollectionDriver.batches`: when the consumer stops iterating or an
+  error escapes, remaining attempts are cancelled (and settled as waste) before it returns.
+- Results travel through a bounded queue (two places per sandbox slot: one for each running
+  attempt, one for a result that arrived just as its attempt was aborted).
+- An aborted attempt's sandbox slot is reused at once; the runner's own cleanup of the
+  cancelled sandbox may briefly overlap the next attempt.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from typing import Protocol
@@ -61,8 +66,9 @@ class CollectionDriver:
     Usage::
 
         driver = CollectionDriver(config, runner, task_ids, sink=my_sink)
-        async for batch in driver.batches():
-            train_on(batch)
+        async with contextlib.aclosing(driver.batches()) as batches:
+            async for batch in batches:
+                train_on(batch)
 
     ``task_ids`` is the task sequence: group ``seq`` runs ``task_ids[seq % len(task_ids)]``.
     ``sink`` receives every lifecycle event (see :mod:`rollbank.scheduling.events`).
@@ -92,20 +98,54 @@ class CollectionDriver:
         self._grants: dict[tuple[AttemptKey, str], asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------ public
-    async def batches(self) -> AsyncIterator[Batch]:
-        """Yield batches as they become ready; cancel and settle everything when done."""
+    async def batches(self) -> AsyncGenerator[Batch, None]:
+        """Yield batches as they become ready; cancel and settle everything when done.
+
+        Collection runs in one owned task (attempts in its ``TaskGroup``) and keeps going
+        while the consumer works on a batch, holding at most one batch undelivered. Leaving
+        the iteration (break, error, cancellation) cancels that task, which aborts every
+        attempt still running and settles it as waste. Wrap in ``contextlib.aclosing`` when
+        you may break out early, so this happens at once rather than at garbage collection.
+        """
+        out: asyncio.Queue[Batch | BaseException | None] = asyncio.Queue(maxsize=1)
+        collector = asyncio.create_task(self._collect(out), name="rollbank-collector")
         try:
-            async with asyncio.TaskGroup() as tg:
-                try:
-                    async for batch in self._loop(tg):
-                        yield batch
-                finally:
-                    self._close()
+            while True:
+                item = await out.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
         finally:
+            if not collector.done():
+                collector.cancel()
+            try:
+                await collector
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # our own consumer is being cancelled: let it propagate
             self._flush_events()
 
     # ------------------------------------------------------------ loop
-    async def _loop(self, tg: asyncio.TaskGroup) -> AsyncIterator[Batch]:
+    async def _collect(self, out: asyncio.Queue[Batch | BaseException | None]) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                try:
+                    await self._loop(tg, out)
+                finally:
+                    self._close()
+                    self._flush_events()
+        except Exception as exc:  # hand the failure to the consumer, which re-raises it
+            await out.put(exc.exceptions[0] if isinstance(exc, ExceptionGroup)
+                          and len(exc.exceptions) == 1 else exc)
+            return
+        await out.put(None)
+
+    async def _loop(
+        self, tg: asyncio.TaskGroup, out: asyncio.Queue[Batch | BaseException | None]
+    ) -> None:
         while True:
             ready: list[Batch] = []
             for decision in self.scheduler.poll():
@@ -118,7 +158,7 @@ class CollectionDriver:
             self._flush_events()
             for batch in ready:
                 self.batches_out.append(batch)
-                yield batch
+                await out.put(batch)
             if self.scheduler.done:
                 return
             if not self._tasks:

@@ -122,6 +122,7 @@ class BatchEvent(Event):
     trajectories: int
     window_start: float
     accounting: dict[str, int] = field(default_factory=dict)
+    consumed: tuple[str, ...] = ()  # attempt ids delivered in this batch (their settlement)
 
 
 class EventSink(Protocol):

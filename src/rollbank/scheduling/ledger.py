@@ -54,7 +54,8 @@ class Entry:
     reward: float | None = None  # reward of a valid (trainable) finish, else None
 
     def held_s(self, now: float) -> float:
-        end = self.finished_at if self.finished_at is not None else now
+        end = self.finished_at if self.finished_at is not None else self.settled_at
+        end = now if end is None else end
         return max(0.0, end - self.launched_at)
 
 
@@ -63,7 +64,7 @@ class _Window:
     index: int
     launched: int = 0
     settled: Counter[AttemptState] = field(default_factory=Counter)
-    seconds: Counter[AttemptState] = field(default_factory=Counter)
+    seconds: dict[AttemptState, float] = field(default_factory=lambda: dict.fromkeys(AttemptState, 0.0))
     waste_by_reason: Counter[str] = field(default_factory=Counter)
 
 
@@ -149,8 +150,9 @@ class Ledger:
             raise LedgerError("settlement records disagree with attempt states")
         if sum(w.launched for w in self._windows) != self._launch_calls:
             raise LedgerError("window launch counts do not sum to the launches")
+        per_window = Counter(wi for wi, _ in self._settlements)
         for w in self._windows:
-            if sum(w.settled.values()) != sum(1 for wi, _ in self._settlements if wi == w.index):
+            if sum(w.settled.values()) != per_window.get(w.index, 0):
                 raise LedgerError(f"window {w.index} counts disagree with its settlements")
 
     # ------------------------------------------------------------ windows

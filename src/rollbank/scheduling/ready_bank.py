@@ -99,6 +99,7 @@ class ReadyBank:
         self.outbox: list[Event] = outbox if outbox is not None else []
         self.ledger = Ledger()
         self._groups: dict[str, _Group] = {}
+        self._live: dict[str, _Group] = {}  # open or ready groups, in opening order
 
     # ------------------------------------------------------------ groups
     def open_group(self, group_id: str, task_id: str, seq: int) -> list[AttemptKey]:
@@ -106,9 +107,9 @@ class ReadyBank:
         if group_id in self._groups:
             raise ValueError(f"group {group_id} opened twice")
         keys = [AttemptKey(seq, s, 0, group_id) for s in range(self.config.group_size)]
-        self._groups[group_id] = _Group(
-            group_id, task_id, seq, self.clock.now(), [_Slot(k) for k in keys]
-        )
+        group = _Group(group_id, task_id, seq, self.clock.now(), [_Slot(k) for k in keys])
+        self._groups[group_id] = group
+        self._live[group_id] = group
         return keys
 
     def status(self, group_id: str) -> GroupStatus:
@@ -125,10 +126,10 @@ class ReadyBank:
 
     @property
     def ready_count(self) -> int:
-        return sum(1 for g in self._groups.values() if g.status is GroupStatus.READY)
+        return sum(1 for g in self._live.values() if g.status is GroupStatus.READY)
 
     def open_groups(self) -> list[str]:
-        return [g.group_id for g in self._groups.values() if g.status is GroupStatus.OPEN]
+        return [g.group_id for g in self._live.values() if g.status is GroupStatus.OPEN]
 
     # ------------------------------------------------------------ attempts
     def on_launched(self, key: AttemptKey) -> Entry:
@@ -166,7 +167,7 @@ class ReadyBank:
         group = self._groups[group_id]
         if group.status is not GroupStatus.OPEN:
             raise LedgerError(f"group {group_id} aborted while {group.status.value}")
-        group.status = GroupStatus.ABORTED
+        self._set_status(group, GroupStatus.ABORTED)
         in_flight = [k for k in group.attempts
                      if self.ledger.entries[k].state is AttemptState.IN_FLIGHT]
         for k in group.attempts:
@@ -198,11 +199,11 @@ class ReadyBank:
             zero_variance=adv.zero_variance if adv is not None else False, why=why,
         ))
         if drop is not None or adv is None:
-            group.status = GroupStatus.DROPPED
+            self._set_status(group, GroupStatus.DROPPED)
             for k in valid_keys:
                 self._waste(k, drop or WasteReason.GROUP_DROPPED)
             return GroupDone(group.group_id, False, why)
-        group.status = GroupStatus.READY
+        self._set_status(group, GroupStatus.READY)
         group.valid_keys = valid_keys
         group.result = GroupResult(
             group_id=group.group_id, task_id=group.task_id, seq=group.seq,
@@ -216,17 +217,17 @@ class ReadyBank:
     def take(self, max_groups: int) -> list[GroupResult]:
         """Hand out up to ``max_groups`` ready groups, oldest launch first; settle them consumed."""
         ready = sorted(
-            (g for g in self._groups.values() if g.status is GroupStatus.READY),
+            (g for g in self._live.values() if g.status is GroupStatus.READY),
             key=lambda g: g.seq,
         )[:max_groups]
         now = self.clock.now()
         out = []
         for g in ready:
             assert g.result is not None
-            g.status = GroupStatus.CONSUMED
+            out.append(g.result)
             for k in g.valid_keys:
                 self._settle(k, AttemptState.CONSUMED, now)
-            out.append(g.result)
+            self._set_status(g, GroupStatus.CONSUMED)
         return out
 
     def consumed_entries(self, group_ids: list[str]) -> list[Entry]:
@@ -235,21 +236,34 @@ class ReadyBank:
 
     def close(self) -> None:
         """End of collection: everything unsettled becomes waste (``unconsumed_at_close``)."""
-        for g in self._groups.values():
-            if g.status in (GroupStatus.OPEN, GroupStatus.READY):
-                g.status = GroupStatus.ABORTED
+        for g in list(self._live.values()):
+            self._set_status(g, GroupStatus.ABORTED)
         for entry in self.ledger.unsettled():
             self._waste(entry.key, WasteReason.UNCONSUMED_AT_CLOSE)
 
     def check(self) -> None:
         """Assert the accounting invariant (raises :class:`LedgerError`)."""
         self.ledger.check()
+        open_states = (AttemptState.IN_FLIGHT, AttemptState.FINISHED)
         for g in self._groups.values():
-            states = [self.ledger.entries[k].state for k in g.attempts]
-            if g.status is GroupStatus.CONSUMED and AttemptState.IN_FLIGHT in states:
-                raise LedgerError(f"group {g.group_id} consumed with an attempt in flight")
+            if g.status in (GroupStatus.OPEN, GroupStatus.READY):
+                continue
+            stranded = [k.attempt_id for k in g.attempts
+                        if self.ledger.entries[k].state in open_states]
+            if stranded:  # a group that left the bank must have settled all its attempts
+                raise LedgerError(f"group {g.group_id} is {g.status.value} but {stranded} open")
 
     # ------------------------------------------------------------ helpers
+    def _set_status(self, group: _Group, status: GroupStatus) -> None:
+        """Move a group; once it leaves the bank, drop its trajectories (long runs stay small)."""
+        group.status = status
+        if status in (GroupStatus.OPEN, GroupStatus.READY):
+            return
+        self._live.pop(group.group_id, None)
+        group.result = None
+        for slot in group.slots:
+            slot.result = None
+
     def _settle(self, key: AttemptKey, state: AttemptState, now: float) -> None:
         self.ledger.settle(key, state, now)
 

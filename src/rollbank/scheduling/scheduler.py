@@ -65,6 +65,8 @@ def attempt_seed(base: int, seq: int, slot: int) -> int:
 
 
 class Scheduler:
+    """Launch policy for one collection (see the module docstring); owns its ready bank."""
+
     def __init__(self, config: SchedulerConfig, task_ids: Sequence[str], clock: Clock) -> None:
         if not task_ids:
             raise ValueError("the scheduler needs at least one task id")
@@ -123,9 +125,10 @@ class Scheduler:
         """The runner returned ``traj`` for ``key`` (ignored if the attempt was aborted)."""
         if self._running.pop(key, None) is None:
             return
+        launched_at = self.bank.ledger.entries[key].launched_at
         self.outbox.append(AttemptFinished(
             kind=EventKind.FINISHED, t=self.clock.now(), **self._ids(key),
-            outcome=_outcome_of(traj), duration_s=self.clock.now() - traj.launched_at,
+            outcome=_outcome_of(traj), duration_s=self.clock.now() - launched_at,
             model_tokens=traj.num_model_tokens, total_tokens=len(traj.token_ids),
             servers=tuple(traj.servers),
         ))
@@ -265,10 +268,8 @@ class Scheduler:
                     out.append(Abort(key, "straggler policy abort"))
                 if cfg.requeue_aborted:
                     heapq.heappush(self._requeue, seq)
-        entries = self.bank.ledger.entries.values()
-        profile = selection_profile(
-            groups, self.bank.consumed_entries([g.group_id for g in groups]), entries, now
-        )
+        accepted = self.bank.consumed_entries([g.group_id for g in groups])
+        profile = selection_profile(groups, accepted, self.bank.ledger.entries.values(), now)
         for e in self.bank.ledger.unsettled():
             self.outbox.append(AttemptCarried(
                 kind=EventKind.CARRIED, t=now, **self._ids(e.key),
@@ -290,6 +291,7 @@ class Scheduler:
             kind=EventKind.BATCH_READY, t=now, batch_index=self.batch_index,
             groups=len(groups), trajectories=len(trajs), window_start=start,
             accounting={k: v for k, v in accounting.to_dict().items() if isinstance(v, int)},
+            consumed=tuple(e.key.attempt_id for e in accepted),
         ))
         out.append(EmitBatch(batch))
         self.batch_index += 1

@@ -46,12 +46,12 @@ class SchedulingMode(StrEnum):
 
 @dataclass(frozen=True, order=True)
 class AttemptKey:
-    """Identity of one attempt. Ordering is the scheduling priority: (seq, slot, retry)."""
+    """Identity of one attempt. Ordering is the scheduling priority: (seq, slot, retry, group_id)."""
 
     seq: int  # original launch order of the group (priority; lower first)
     slot: int  # sibling slot within the group, 0..group_size-1
     retry: int  # 0 for the first run of the slot, k for its k-th re-run
-    group_id: str = field(compare=False)
+    group_id: str  # last in the ordering: only a tie-break between re-queued groups
 
     @property
     def attempt_id(self) -> str:

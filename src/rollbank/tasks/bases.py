@@ -46,8 +46,9 @@ CUSTOMIZE: tuple[str, ...] = (
     # The registries may be reached through a TLS-intercepting proxy whose CA only the host
     # trusts: the host's extra CAs were copied to /usr/local/share/ca-certificates.
     "update-ca-certificates >/dev/null 2>&1 || true",
-    # Harbor verifiers call pytest with --ctrf; provide the plugin offline.
-    "python3 -m pip install -q --no-cache-dir --disable-pip-version-check pytest-json-ctrf==0.3.5",
+    # Harbor verifiers call pytest 8.4.1 with --ctrf (the plugin needs pytest >= 7.4, Debian has
+    # 7.2): provide both offline (engineer A, additive).
+    "python3 -m pip install -q --no-cache-dir --disable-pip-version-check pytest==8.4.1 pytest-json-ctrf==0.3.5",
     "mkdir -p /app /logs /tests && chmod 1777 /tmp",
 )
 

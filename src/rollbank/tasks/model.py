@@ -53,3 +53,10 @@ class Task:
     category: str | None = None
     tags: tuple[str, ...] = ()
     steps: tuple[TaskStep, ...] = ()
+    # --- added by the loaders (engineer A), additive ---
+    cost: str | None = None  # [metadata] cost (e.g. "cheap", "expensive"), for listings
+    docker_image: str | None = None  # [environment] docker_image (used when no Dockerfile)
+    extra_test_files: tuple[tuple[str, Path], ...] = ()  # (name in /tests, host file), e.g. TB1 run-tests.sh
+    solution_env: Mapping[str, str] = field(default_factory=dict)  # [solution] env
+    extra: Mapping[str, object] = field(default_factory=dict)  # unknown config keys, kept verbatim
+    warnings: tuple[str, ...] = ()  # non-fatal findings of the loader (unknown keys, ...)

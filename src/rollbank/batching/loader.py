@@ -1,0 +1,130 @@
+"""Load trainable batches as torch tensors (from a batch directory or an in-process Batch).
+
+Owns the conversion of schema-v1 rows into right-padded tensors. Positions are aligned with
+``token_ids``: ``old_logprobs[b, t]`` is the behaviour log-prob of token ``t`` given the
+tokens before it, valid where ``loss_mask[b, t] == 1``; the trainer shifts for next-token
+prediction. Nothing is truncated silently: a row longer than ``max_len`` is an error.
+
+Invariants
+- ``attention_mask`` is 1 exactly on the row's real tokens; padding has ``loss_mask == 0``,
+  ``old_logprobs == 0`` and ``policy_versions == -1``.
+- A directory is read only if its manifest's schema version matches and the parquet's
+  sha256 equals the manifest's (``verify=True``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from rollbank.batching.schema import SchemaError, batch_to_table, check_schema
+from rollbank.batching.writer import MANIFEST_NAME, PARQUET_NAME
+from rollbank.scheduling.batch import Batch
+
+
+@dataclass(frozen=True)
+class TensorBatch:
+    """Right-padded tensors for B trajectories of up to T tokens."""
+
+    input_ids: torch.Tensor  # [B, T] int64, padded with pad_id
+    attention_mask: torch.Tensor  # [B, T] int64
+    loss_mask: torch.Tensor  # [B, T] float32 (1.0 on model-sampled tokens)
+    old_logprobs: torch.Tensor  # [B, T] float32 behaviour log-probs
+    policy_versions: torch.Tensor  # [B, T] int32, -1 on prompt/env/padding
+    advantages: torch.Tensor  # [B] float32, one per trajectory
+    rewards: torch.Tensor  # [B] float32
+    prompt_lens: torch.Tensor  # [B] int64
+    group_index: torch.Tensor  # [B] int64, dense group number within this tensor batch
+    trajectory_ids: tuple[str, ...]
+
+    @property
+    def token_advantages(self) -> torch.Tensor:
+        """[B, T] advantage broadcast over the row's model tokens (0 elsewhere)."""
+        return self.advantages[:, None] * self.loss_mask
+
+
+def read_batch_dir(path: Path, *, verify: bool = True) -> pa.Table:
+    """Read ``batch-NNNNNN/``; checks its manifest, checksum and schema version."""
+    manifest_path = path / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise SchemaError(f"{path}: no {MANIFEST_NAME}; the batch is not complete")
+    manifest = json.loads(manifest_path.read_text())
+    parquet = path / PARQUET_NAME
+    if verify:
+        digest = hashlib.sha256(parquet.read_bytes()).hexdigest()
+        if digest != manifest["files"][PARQUET_NAME]["sha256"]:
+            raise SchemaError(f"{parquet}: sha256 does not match {MANIFEST_NAME}")
+    table = pq.read_table(parquet)
+    check_schema(table.schema)
+    if table.num_rows != manifest["rows"]:
+        raise SchemaError(f"{parquet}: {table.num_rows} rows, manifest says {manifest['rows']}")
+    return table
+
+
+def _padded(col: pa.ChunkedArray | pa.Array, lengths: np.ndarray, width: int,
+            dtype: type[np.generic], fill: float) -> np.ndarray:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    flat = arr.flatten().to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    out = np.full((len(lengths), width), fill, dtype=dtype)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(lengths) else lengths
+    cols = np.arange(len(flat)) - np.repeat(starts, lengths)
+    out[rows, cols] = flat
+    return out
+
+
+def _column(table: pa.Table, name: str, dtype: type[np.generic]) -> torch.Tensor:
+    return torch.from_numpy(np.array(table.column(name).to_numpy(), dtype=dtype))  # a copy
+
+
+def table_to_tensors(table: pa.Table, *, pad_id: int = 0, max_len: int | None = None) -> TensorBatch:
+    """Convert schema-v1 rows to padded tensors (width = longest row)."""
+    check_schema(table.schema)
+    lengths = np.asarray(table.column("num_tokens").to_numpy(), dtype=np.int64)
+    width = int(lengths.max()) if len(lengths) else 0
+    if max_len is not None and width > max_len:
+        raise ValueError(f"a trajectory has {width} tokens > max_len {max_len}")
+    ids = _padded(table.column("token_ids"), lengths, width, np.int64, pad_id)
+    lp = _padded(table.column("logprobs"), lengths, width, np.float32, 0.0)
+    lm = _padded(table.column("loss_mask"), lengths, width, np.float32, 0.0)
+    pv = _padded(table.column("policy_versions"), lengths, width, np.int32, -1)
+    attn = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+    groups = table.column("group_id").to_pylist()
+    dense = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+    return TensorBatch(
+        input_ids=torch.from_numpy(ids),
+        attention_mask=torch.from_numpy(attn),
+        loss_mask=torch.from_numpy(lm),
+        old_logprobs=torch.from_numpy(lp),
+        policy_versions=torch.from_numpy(pv),
+        advantages=_column(table, "advantage", np.float32),
+        rewards=_column(table, "reward", np.float32),
+        prompt_lens=_column(table, "prompt_len", np.int64),
+        group_index=torch.tensor([dense[g] for g in groups], dtype=torch.int64),
+        trajectory_ids=tuple(table.column("trajectory_id").to_pylist()),
+    )
+
+
+def iter_tensor_batches(
+    table: pa.Table, micro_batch_size: int, *, pad_id: int = 0, max_len: int | None = None
+) -> Iterator[TensorBatch]:
+    """Micro-batches of ``micro_batch_size`` rows in table order (each padded on its own)."""
+    if micro_batch_size < 1:
+        raise ValueError("micro_batch_size must be >= 1")
+    for start in range(0, table.num_rows, micro_batch_size):
+        yield table_to_tensors(
+            table.slice(start, micro_batch_size), pad_id=pad_id, max_len=max_len
+        )
+
+
+def batch_tensors(batch: Batch, *, pad_id: int = 0, max_len: int | None = None) -> TensorBatch:
+    """In-process path: the same tensors a trainer would load from the batch directory."""
+    return table_to_tensors(batch_to_table(batch), pad_id=pad_id, max_len=max_len)

@@ -1,0 +1,182 @@
+"""The Arrow schema of a trainable batch, version 1: one row per trainable trajectory.
+
+Owns the column layout and the conversion :func:`batch_to_table` from a
+:class:`~rollbank.scheduling.batch.Batch`. Readers check ``SCHEMA_VERSION`` in the schema
+metadata (key ``rollbank.schema_version``) and refuse other major versions.
+
+Columns (all non-null unless stated)
+
+==================  ===================  =====================================================
+column              type                 meaning
+==================  ===================  =====================================================
+trajectory_id       string               attempt id ``<group_id>/s<slot>/r<retry>``
+batch_index         int32                index of the batch in its collection
+group_id            string               GRPO group
+group_seq           int32                original launch order of the group
+task_id             string               task
+task_hash           string               task content hash ("" if unknown)
+attempt             int16                sibling slot within the group
+retry               int16                re-runs of this slot before this attempt
+seed                int64                sampling seed of the attempt
+token_ids           list<int32>          prompt + every turn's model and environment tokens
+logprobs            list<float32>        behaviour log-prob per token (0.0 where mask is 0)
+policy_versions     list<int32>          weight version per token (-1 for env/prompt tokens)
+loss_mask           list<int8>           1: sampled by the model (trainable), 0: prompt/env
+prompt_len          int32                tokens of the initial prompt
+num_tokens          int32                len(token_ids)
+num_model_tokens    int32                sum(loss_mask)
+reward              float64              reward used for the advantage
+advantage           float32              GRPO advantage over the group's valid siblings
+group_size          int16                slots in the group (n)
+group_valid         int16                valid siblings (rows of this group in the batch)
+zero_variance       bool                 all valid rewards of the group equal
+outcome             string               model_success | model_failure
+reason              string               reason code (rollbank.episodes.outcome.Reason)
+min_version         int32                oldest version among model tokens (-1 if none)
+max_version         int32                newest version among tokens (-1 if none)
+timings             struct<float64...>   launched_at, started_at, finished_at, duration_s,
+                                         sandbox_setup_s, inference_s, tool_s, verify_s
+servers             list<string>         inference servers that served its turns
+outcome_json        string               the full EpisodeOutcome (evidence) as JSON
+==================  ===================  =====================================================
+
+Invariants: the four list columns of a row have equal length; rows of one group are
+contiguous and ordered by slot; only trainable outcomes appear.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from rollbank.scheduling.batch import Batch
+
+SCHEMA_VERSION = "1"
+SCHEMA_NAME = "rollbank.trajectory_batch"
+META_VERSION = b"rollbank.schema_version"
+META_NAME = b"rollbank.schema"
+META_BATCH = b"rollbank.batch"
+
+TIMING_FIELDS = (
+    "launched_at", "started_at", "finished_at", "duration_s",
+    "sandbox_setup_s", "inference_s", "tool_s", "verify_s",
+)
+
+SCHEMA = pa.schema(
+    [
+        pa.field("trajectory_id", pa.string(), nullable=False),
+        pa.field("batch_index", pa.int32(), nullable=False),
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("group_seq", pa.int32(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("task_hash", pa.string(), nullable=False),
+        pa.field("attempt", pa.int16(), nullable=False),
+        pa.field("retry", pa.int16(), nullable=False),
+        pa.field("seed", pa.int64(), nullable=False),
+        pa.field("token_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("logprobs", pa.list_(pa.float32()), nullable=False),
+        pa.field("policy_versions", pa.list_(pa.int32()), nullable=False),
+        pa.field("loss_mask", pa.list_(pa.int8()), nullable=False),
+        pa.field("prompt_len", pa.int32(), nullable=False),
+        pa.field("num_tokens", pa.int32(), nullable=False),
+        pa.field("num_model_tokens", pa.int32(), nullable=False),
+        pa.field("reward", pa.float64(), nullable=False),
+        pa.field("advantage", pa.float32(), nullable=False),
+        pa.field("group_size", pa.int16(), nullable=False),
+        pa.field("group_valid", pa.int16(), nullable=False),
+        pa.field("zero_variance", pa.bool_(), nullable=False),
+        pa.field("outcome", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("min_version", pa.int32(), nullable=False),
+        pa.field("max_version", pa.int32(), nullable=False),
+        pa.field(
+            "timings",
+            pa.struct([pa.field(n, pa.float64(), nullable=False) for n in TIMING_FIELDS]),
+            nullable=False,
+        ),
+        pa.field("servers", pa.list_(pa.string()), nullable=False),
+        pa.field("outcome_json", pa.string(), nullable=False),
+    ],
+    metadata={META_VERSION: SCHEMA_VERSION.encode(), META_NAME: SCHEMA_NAME.encode()},
+)
+
+
+class SchemaError(ValueError):
+    """A table is not a rollbank trajectory batch of a version this code reads."""
+
+
+def batch_summary(batch: Batch) -> dict[str, Any]:
+    """Batch-level facts stored in the schema metadata and the manifest (JSON-ready)."""
+    return {
+        "index": batch.index,
+        "groups": len(batch.groups),
+        "trajectories": sum(len(g.trajectories) for g in batch.groups),
+        "complete": batch.complete,
+        "window_start": batch.window_start,
+        "ready_at": batch.ready_at,
+        "time_to_batch_s": batch.time_to_batch_s,
+        "accounting": batch.accounting.to_dict(),
+        "profile": batch.profile.to_dict(),
+        "meta": {k: _jsonable(v) for k, v in batch.meta.items()},
+    }
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return v
+
+
+def batch_to_table(batch: Batch) -> pa.Table:
+    """One row per trainable trajectory, in group then slot order."""
+    cols: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
+    for group, traj, reward, advantage in batch.rows():
+        n = len(traj.token_ids)
+        if not (len(traj.logprobs) == len(traj.loss_mask) == len(traj.policy_versions) == n):
+            raise SchemaError(f"{traj.trajectory_id}: per-token columns differ in length")
+        assert traj.outcome is not None  # rows() yields valid siblings only
+        row: dict[str, Any] = {
+            "trajectory_id": traj.trajectory_id, "batch_index": batch.index,
+            "group_id": group.group_id, "group_seq": group.seq, "task_id": group.task_id,
+            "task_hash": traj.task_hash, "attempt": traj.attempt, "retry": traj.retry,
+            "seed": traj.seed, "token_ids": traj.token_ids, "logprobs": traj.logprobs,
+            "policy_versions": traj.policy_versions, "loss_mask": traj.loss_mask,
+            "prompt_len": traj.prompt_len, "num_tokens": n,
+            "num_model_tokens": traj.num_model_tokens, "reward": reward,
+            "advantage": advantage, "group_size": group.size,
+            "group_valid": len(group.trajectories), "zero_variance": group.zero_variance,
+            "outcome": traj.outcome.outcome.value, "reason": traj.outcome.reason.value,
+            "min_version": traj.min_version, "max_version": traj.max_version,
+            "timings": {
+                "launched_at": traj.launched_at, "started_at": traj.started_at,
+                "finished_at": traj.finished_at, "duration_s": traj.duration_s,
+                "sandbox_setup_s": traj.sandbox_setup_s, "inference_s": traj.inference_s,
+                "tool_s": traj.tool_s, "verify_s": traj.verify_s,
+            },
+            "servers": list(traj.servers),
+            "outcome_json": json.dumps(traj.outcome.to_dict(), sort_keys=True, default=str),
+        }
+        for k, v in row.items():
+            cols[k].append(v)
+    table = pa.Table.from_pydict(cols, schema=SCHEMA)
+    meta = dict(SCHEMA.metadata or {})
+    meta[META_BATCH] = json.dumps(batch_summary(batch), sort_keys=True, default=str).encode()
+    return table.replace_schema_metadata(meta)
+
+
+def check_schema(schema: pa.Schema) -> dict[str, Any]:
+    """Validate version and columns; return the batch summary stored in the metadata."""
+    meta = schema.metadata or {}
+    version = meta.get(META_VERSION, b"").decode()
+    if meta.get(META_NAME, b"").decode() != SCHEMA_NAME:
+        raise SchemaError("not a rollbank trajectory batch (schema name missing)")
+    if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+        raise SchemaError(f"schema version {version!r}; this reader reads {SCHEMA_VERSION}")
+    missing = [f.name for f in SCHEMA if f.name not in schema.names]
+    if missing:
+        raise SchemaError(f"missing columns: {missing}")
+    raw = meta.get(META_BATCH)
+    summary: dict[str, Any] = json.loads(raw) if raw else {}
+    return summary

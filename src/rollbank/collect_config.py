@@ -1,0 +1,143 @@
+"""Configuration of ``rollbank collect`` (one pydantic section per component).
+
+People write TOML (``configs/collect.toml`` is the embedded default); :func:`load_collect_config`
+validates it, and the collector writes the resolved config beside the run's outputs.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rollbank.config import Section, validate
+from rollbank.episodes.runner import RunnerConfig
+from rollbank.errors import ConfigError
+from rollbank.inference.server import ServerConfig
+from rollbank.routing import RouterConfig
+from rollbank.sandbox.local.config import LocalSandboxConfig
+from rollbank.scheduling.config import SchedulerConfig
+from rollbank.tasks.builder import BuilderConfig
+
+DEFAULT_CONFIG = "collect.toml"
+
+
+class InferenceSection(Section):
+    """Where tokens come from."""
+
+    kind: Literal["managed", "external", "fake"] = Field(
+        default="managed", description="managed: start vLLM servers; external: use `urls`; fake: "
+        "in-process fake servers (tests, CI smoke without vLLM)",
+    )
+    managed: ServerConfig = Field(
+        default_factory=lambda: ServerConfig.model_validate({}), description="managed vLLM servers (kind = managed)"
+    )
+    urls: list[str] = Field(default_factory=list, description="server base URLs (kind = external)")
+    tokenizer: str | None = Field(
+        default=None, description="model folder (or 'tiny'/'gemma-3-270m') whose tokenizer the external "
+        "servers use (kind = external)",
+    )
+    fake_servers: int = Field(default=2, ge=1, description="number of fake servers (kind = fake)")
+    fake_decode_s_per_token: float = Field(
+        default=0.0, ge=0, description="simulated decode latency per token (kind = fake)"
+    )
+    fake_prefill_s_per_token: float = Field(
+        default=0.0, ge=0, description="simulated prefill latency per uncached token (kind = fake)"
+    )
+    calibrate: bool = Field(
+        default=True, description="measure the servers' capacity (for the lower bound) before collecting"
+    )
+
+
+class SandboxSection(Section):
+    """Where episodes run."""
+
+    warm: bool = Field(
+        default=True, description="fork each episode from a warm pool snapshot of its task (false: build "
+        "the environment and start a cold sandbox per episode, the naive baseline)",
+    )
+    cold_rebuild: bool = Field(
+        default=True, description="with warm = false, rebuild the task's layers per episode in a fresh "
+        "layer cache (the base filesystem stays cached), as a docker build per episode would",
+    )
+    local: LocalSandboxConfig = Field(
+        default_factory=LocalSandboxConfig, description="local backend settings"
+    )
+    builder: BuilderConfig = Field(
+        default_factory=lambda: BuilderConfig.model_validate({}), description="environment builder settings"
+    )
+
+
+class MetricsSection(Section):
+    """What the run reports while and after it runs."""
+
+    live: Literal["auto", "on", "off"] = Field(
+        default="auto", description="rich live progress on stderr (auto: only on a terminal)"
+    )
+    prometheus_port: int | None = Field(
+        default=None, ge=0, le=65535, description="serve Prometheus metrics on this port (0: any free)"
+    )
+    report: bool = Field(default=True, description="write report.html with plots at the end")
+    record_episodes: bool = Field(
+        default=True, description="write one replayable episode file per attempt under episodes/"
+    )
+
+
+class CollectConfig(Section):
+    """``rollbank collect``: tasks x model -> trainable batches, events, report."""
+
+    tasks: list[str] = Field(
+        default_factory=lambda: ["terminal-lite"],
+        description="task folders, folders of tasks, or built-in suite names",
+    )
+    include: list[str] = Field(
+        default_factory=list, description="only these task ids (empty: all)"
+    )
+    exclude_costs: list[str] = Field(
+        default_factory=list, description="skip tasks whose [metadata] cost is one of these"
+    )
+    task_order_seed: int | None = Field(
+        default=0, description="shuffle the task sequence with this seed (None: name order); group seq "
+        "k runs task k mod len(tasks)",
+    )
+    output: str = Field(default="runs/collect", description="output folder (batches, events, report)")
+    harness: Literal["fenced-shell", "terminus-2"] = Field(
+        default="fenced-shell", description="agent protocol"
+    )
+    runner: RunnerConfig = Field(default_factory=lambda: RunnerConfig.model_validate({}), description="episode limits")
+    scheduler: SchedulerConfig = Field(
+        default_factory=SchedulerConfig, description="groups, capacities, straggler policy"
+    )
+    router: RouterConfig = Field(default_factory=RouterConfig, description="routing policy")
+    inference: InferenceSection = Field(
+        default_factory=lambda: InferenceSection.model_validate({}), description="inference servers"
+    )
+    sandbox: SandboxSection = Field(default_factory=lambda: SandboxSection.model_validate({}), description="sandboxes")
+    metrics: MetricsSection = Field(default_factory=lambda: MetricsSection.model_validate({}), description="reporting")
+
+
+def default_config_text() -> str:
+    return resources.files("rollbank.configs").joinpath(DEFAULT_CONFIG).read_text()
+
+
+def load_collect_config(path: Path | None = None, overrides: dict[str, Any] | None = None
+                        ) -> CollectConfig:
+    """The embedded default, or ``path``; then dotted ``overrides`` (``"scheduler.seed": 3``)."""
+    source = str(path) if path is not None else f"<embedded {DEFAULT_CONFIG}>"
+    try:
+        text = path.read_text() if path is not None else default_config_text()
+        data: dict[str, Any] = tomllib.loads(text)
+    except FileNotFoundError as exc:
+        raise ConfigError("file not found", file=source) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", file=source) from exc
+    for key, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return validate(CollectConfig, data, source=source)

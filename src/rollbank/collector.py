@@ -1,0 +1,301 @@
+"""The collector: tasks -> sandboxes -> servers -> router -> scheduler driver -> batches.
+
+:func:`collect` runs one collection with already-opened planes (inference servers, sandbox
+source + verifier) so that a benchmark can run several arms against the same servers;
+:func:`run_collect` opens the planes a :class:`CollectConfig` describes and calls it.
+
+Output folder (``config.output``)::
+
+    config.resolved.json   the resolved configuration
+    events.jsonl           every lifecycle event (metrics/events.py)
+    batches/batch-NNNNNN/  trainable batches (batching/writer.py), manifest with the summary
+    episodes/*.json        one replayable episode file per attempt (episodes/replay.py)
+    summary.json           per-batch metrics, lower bound, capacity, run totals
+    report.html            plots (metrics/report.py)
+
+Invariants
+- Every process and sandbox started for the run is released when :func:`run_collect` returns
+  or raises (``AsyncExitStack``); no task outlives it (the driver's TaskGroup).
+- Summaries are computed from the trajectories the runner returned and the spans they carry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollbank.batching.writer import write_batch
+from rollbank.clock import Clock, MonotonicClock
+from rollbank.collect_config import CollectConfig, InferenceSection
+from rollbank.config import dump_resolved
+from rollbank.episodes.harnesses import make_harness
+from rollbank.episodes.replay import EpisodeRecorder
+from rollbank.episodes.runner import EpisodeRunner
+from rollbank.episodes.sources import SandboxSource, Verifier
+from rollbank.episodes.trajectory import Trajectory
+from rollbank.errors import ConfigError
+from rollbank.inference.protocol import InferenceClient, Tokenizer
+from rollbank.metrics.bound import Capacity
+from rollbank.metrics.calibrate import calibrate
+from rollbank.metrics.events import EventLog, read_events
+from rollbank.metrics.summary import BatchSummary, summarize_batch
+from rollbank.routing import router_from_config
+from rollbank.scheduling.driver import CollectionDriver
+from rollbank.scheduling.events import EventSink, FanoutSink
+from rollbank.scheduling.types import AttemptSpec
+from rollbank.tasks.loader import load_tasks
+from rollbank.tasks.model import Task
+
+
+@dataclass
+class InferencePlane:
+    """Opened inference servers: one client per server URL and the model's tokenizer."""
+
+    clients: dict[str, InferenceClient]
+    tokenizer: Tokenizer
+    vocab_size: int
+    description: str
+
+    async def reset_caches(self) -> None:
+        for c in self.clients.values():
+            await c.reset_prefix_cache()
+
+
+@dataclass
+class SandboxPlane:
+    source: SandboxSource
+    verifier: Verifier
+
+
+@dataclass
+class CollectResult:
+    out_dir: Path
+    batches: list[BatchSummary]
+    trajectories: list[Trajectory]
+    capacity: Capacity | None
+    t0: float  # first launch (collector clock)
+    t_end: float  # last batch handed over
+    setup_s: float  # planes opened before the clock started (servers, warm pool), if known
+    ledger: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def collection_s(self) -> float:
+        return self.t_end - self.t0
+
+
+class _Keeping:
+    """An AttemptRunner that keeps every trajectory its inner runner returns."""
+
+    def __init__(self, inner: EpisodeRunner) -> None:
+        self.inner = inner
+        self.finished: list[Trajectory] = []
+
+    async def run(self, attempt: AttemptSpec) -> Trajectory:
+        traj = await self.inner.run(attempt)
+        self.finished.append(traj)
+        return traj
+
+
+def select_tasks(config: CollectConfig) -> list[Task]:
+    tasks = load_tasks(config.tasks)
+    if config.include:
+        wanted = set(config.include)
+        tasks = [t for t in tasks if t.task_id in wanted]
+    if config.exclude_costs:
+        tasks = [t for t in tasks if (t.cost or "") not in config.exclude_costs]
+    if not tasks:
+        raise ConfigError("no task left after include/exclude_costs", field="tasks")
+    return tasks
+
+
+def task_sequence(tasks: Sequence[Task], seed: int | None) -> list[str]:
+    ids = sorted(t.task_id for t in tasks)
+    if seed is not None:
+        random.Random(seed).shuffle(ids)
+    return ids
+
+
+def _vocab_size(tok: Tokenizer) -> int:
+    return int(getattr(tok, "vocab_size", 0) or 256)
+
+
+@contextlib.asynccontextmanager
+async def open_inference(cfg: InferenceSection, *, max_model_len: int) -> AsyncIterator[InferencePlane]:
+    """Start (managed), connect to (external) or fake the inference servers."""
+    if cfg.kind == "fake":
+        from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
+
+        _, fakes = make_fake_fleet(cfg.fake_servers, decode_s_per_token=cfg.fake_decode_s_per_token,
+                                   prefill_s_per_token=cfg.fake_prefill_s_per_token,
+                                   max_model_len=max_model_len, eos_probability=0.02)
+        ftok = FakeTokenizer()
+        yield InferencePlane({c.base_url: c for c in fakes}, ftok, ftok.vocab_size,
+                             f"{cfg.fake_servers} fake servers")
+        return
+    from rollbank.inference.models import ensure_model
+    from rollbank.inference.tokenizer import load_tokenizer
+    from rollbank.inference.vllm_client import VLLMClient
+
+    if cfg.kind == "external":
+        if not cfg.urls or cfg.tokenizer is None:
+            raise ConfigError("external inference needs urls and tokenizer", field="inference")
+        model_dir = await asyncio.to_thread(ensure_model, cfg.tokenizer)
+        tok = load_tokenizer(model_dir)
+        clients = {u.rstrip("/"): VLLMClient(u) for u in cfg.urls}
+        try:
+            yield InferencePlane(dict(clients), tok, _vocab_size(tok), f"external {cfg.urls}")
+        finally:
+            for c in clients.values():
+                await c.aclose()
+        return
+    from rollbank.inference.server import ManagedServers
+
+    async with ManagedServers(cfg.managed) as servers:
+        assert servers.model_dir is not None
+        tok = load_tokenizer(servers.model_dir)
+        yield InferencePlane(dict(zip(servers.urls, servers.clients, strict=True)), tok,
+                             _vocab_size(tok),
+                             f"{cfg.managed.num_servers} managed vLLM servers, model {cfg.managed.model}")
+
+
+def _live_wanted(mode: str) -> bool:
+    return mode == "on" or (mode == "auto" and sys.stderr.isatty())
+
+
+async def collect(
+    config: CollectConfig,
+    *,
+    tasks: Sequence[Task],
+    inference: InferencePlane,
+    sandboxes: SandboxPlane,
+    out_dir: Path,
+    capacity: Capacity | None = None,
+    clock: Clock | None = None,
+    extra_sinks: Sequence[EventSink] = (),
+    setup_s: float = 0.0,
+) -> CollectResult:
+    """Run one collection with opened planes; write batches, events, episodes, summary."""
+    clock = clock or MonotonicClock()
+    dump_resolved(config, out_dir)  # creates out_dir
+    sched = config.scheduler
+    servers = list(inference.clients)
+    if capacity is None and config.inference.calibrate:
+        capacity = await calibrate(inference.clients, sandbox_slots=sched.sandbox_slots,
+                                   vocab_size=inference.vocab_size)
+        await inference.reset_caches()
+    router = router_from_config(config.router, servers, clock)
+    recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
+    runner = _Keeping(EpisodeRunner(
+        config.runner, tasks={t.task_id: t for t in tasks}, source=sandboxes.source,
+        verifier=sandboxes.verifier, harness=make_harness(config.harness),
+        tokenizer=inference.tokenizer, clients=inference.clients, router=router, clock=clock,
+        recorder=recorder,
+    ))
+    summaries: list[BatchSummary] = []
+    async with contextlib.AsyncExitStack() as stack:
+        log = stack.enter_context(EventLog(out_dir / "events.jsonl"))
+        sinks: list[EventSink] = [log, *extra_sinks]
+        if config.metrics.prometheus_port is not None:
+            from rollbank.metrics.prometheus import PrometheusSink
+
+            prom = PrometheusSink()
+            port = prom.serve(config.metrics.prometheus_port)
+            stack.callback(prom.close)
+            sinks.append(prom)
+            log.record("prometheus", clock.now(), port=port)
+        if _live_wanted(config.metrics.live):
+            from rollbank.metrics.live import LiveView
+
+            live = LiveView(total_batches=sched.num_batches, groups_per_batch=sched.groups_per_batch)
+            stack.callback(live.close)
+            sinks.append(live)
+        task_ids = task_sequence(tasks, config.task_order_seed)
+        driver = CollectionDriver(sched, runner, task_ids, sink=FanoutSink(*sinks), clock=clock)
+        log.record("run_started", clock.now(), tasks=len(tasks), servers=servers,
+                   inference=inference.description, source=sandboxes.source.name,
+                   capacity=capacity.to_dict() if capacity else None)
+        t0: float | None = None
+        async with contextlib.aclosing(driver.batches()) as batches:
+            async for batch in batches:
+                t0 = batch.window_start if t0 is None else t0
+                s = summarize_batch(
+                    batch.index, batch.trajectories, t_start=batch.window_start,
+                    t_end=batch.ready_at, seen=list(runner.finished), capacity=capacity,
+                    servers=servers, groups_needed=sched.groups_per_batch,
+                    group_size=sched.bank.group_size, sandbox_slots=sched.sandbox_slots,
+                    extra={"accounting": batch.accounting.to_dict(),
+                           "profile": batch.profile.to_dict(), "complete": batch.complete},
+                )
+                summaries.append(s)
+                path = await asyncio.to_thread(write_batch, out_dir / "batches", batch,
+                                               extra={"summary": s.to_dict()})
+                log.record("batch_written", clock.now(), batch_index=batch.index, path=path,
+                           time_to_batch_s=s.time_to_batch_s, efficiency=s.efficiency)
+        t_end = clock.now() if not summaries else summaries[-1].t_end
+        ledger = _ledger(driver)
+        log.record("run_finished", clock.now(), batches=len(summaries), ledger=ledger)
+    result = CollectResult(out_dir, summaries, list(runner.finished), capacity,
+                           t0 if t0 is not None else t_end, t_end, setup_s, ledger)
+    _write_summary(result, config)
+    if config.metrics.report:
+        await asyncio.to_thread(write_run_report, result, config)
+    return result
+
+
+def _ledger(driver: CollectionDriver) -> dict[str, Any]:
+    """Final attempt accounting (launched = consumed + retried + waste once closed)."""
+    ledger = driver.scheduler.bank.ledger
+    counts = {state.value: n for state, n in ledger.counts().items()}
+    return {"launched": len(ledger.entries), **counts}
+
+
+def _write_summary(result: CollectResult, config: CollectConfig) -> Path:
+    path = result.out_dir / "summary.json"
+    data = {
+        "collection_s": result.collection_s,
+        "setup_s": result.setup_s,
+        "batches": [b.to_dict() for b in result.batches],
+        "trajectories": len(result.trajectories),
+        "capacity": result.capacity.to_dict() if result.capacity else None,
+        "ledger": result.ledger,
+        "wall_clock_finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def write_run_report(result: CollectResult, config: CollectConfig) -> Path:
+    from rollbank.metrics.report import write_report
+
+    events = read_events(result.out_dir / "events.jsonl")
+    return write_report(
+        result.out_dir / "report.html", title=f"rollbank collect: {result.out_dir.name}",
+        trajectories=result.trajectories, events=events,
+        batches=[b.to_dict() for b in result.batches],
+        config=config.model_dump(mode="json"),
+        notes=[f"collection {result.collection_s:.1f} s for {len(result.batches)} batch(es); "
+               f"{len(result.trajectories)} attempts finished; set-up {result.setup_s:.1f} s"],
+    )
+
+
+async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> CollectResult:
+    """Open the planes ``config`` describes, collect, release everything."""
+    from rollbank.episodes.sandboxes import open_sandboxes
+
+    out = out_dir or Path(config.output)
+    tasks = select_tasks(config)
+    t_setup = time.monotonic()
+    async with contextlib.AsyncExitStack() as stack:
+        plane = await stack.enter_async_context(
+            open_inference(config.inference, max_model_len=config.runner.max_model_len))
+        sandboxes = await stack.enter_async_context(open_sandboxes(config.sandbox, tasks))
+        return await collect(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
+                             out_dir=out, setup_s=time.monotonic() - t_setup)

@@ -1,0 +1,1 @@
+"""Embedded default configurations (TOML), read with importlib.resources."""

@@ -1,0 +1,225 @@
+"""Episode files, and replaying one in a fresh sandbox.
+
+An episode file (JSON, schema ``rollbank.episode/1``) records what reproduces an episode: the
+task id, folder and content hash, the environment's layer hashes, the seed, the harness and
+runner limits, every model turn's text with the exact action parsed from it and the
+observation fed back, the tokens, timings and the outcome.
+
+:func:`replay_episode` re-runs the recorded actions, in order, in a fresh sandbox from the
+same kind of source, through the same :class:`~rollbank.episodes.tools.ToolExecutor` and
+harness, then runs the verifier; it reports, step by step, whether each observation matches
+and whether the reward matches. It never calls a model: the model's text is replayed as
+recorded.
+
+Invariants
+- Writing an episode file never raises into the runner (an I/O error is reported on stderr
+  and the collection goes on); files are written atomically (temp file + rename).
+- A replay closes its sandbox on every path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollbank.episodes.attribution import VERIFIABLE, LoopEnd, VerifierVerdict
+from rollbank.episodes.harnesses import ActionKind, Harness
+from rollbank.episodes.outcome import Reason
+from rollbank.episodes.sources import SandboxSource, Verifier
+from rollbank.episodes.tools import ToolExecutor
+from rollbank.episodes.trajectory import Trajectory
+from rollbank.errors import InputError, SandboxError, VerifierError
+from rollbank.sandbox.protocol import Sandbox
+from rollbank.tasks.model import Task
+
+SCHEMA = "rollbank.episode/1"
+
+
+def episode_filename(trajectory_id: str) -> str:
+    return trajectory_id.replace("/", "__") + ".json"
+
+
+def episode_record(traj: Trajectory, task: Task, meta: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "trajectory_id": traj.trajectory_id,
+        "group_id": traj.group_id,
+        "task_id": traj.task_id,
+        "task_path": str(task.path),
+        "task_hash": traj.task_hash,
+        "layer_hashes": list(traj.layer_hashes),
+        "seed": traj.seed,
+        "attempt": traj.attempt,
+        "retry": traj.retry,
+        "servers": list(traj.servers),
+        "harness": meta.get("harness"),
+        "source": meta.get("source"),
+        "sandbox_kind": meta.get("sandbox_kind"),
+        "workdir": meta.get("workdir"),
+        "runner": meta.get("runner", {}),
+        "steps": [s.to_dict() for s in traj.steps],
+        "outcome": traj.outcome.to_dict() if traj.outcome else None,
+        "timings": {
+            "launched_at": traj.launched_at, "started_at": traj.started_at,
+            "finished_at": traj.finished_at, "sandbox_setup_s": traj.sandbox_setup_s,
+            "inference_s": traj.inference_s, "tool_s": traj.tool_s, "verify_s": traj.verify_s,
+        },
+        "tokens": {
+            "prompt_len": traj.prompt_len, "token_ids": traj.token_ids,
+            "loss_mask": traj.loss_mask, "logprobs": traj.logprobs,
+            "policy_versions": traj.policy_versions,
+        },
+        "spans": traj.meta.get("spans", []),
+    }
+
+
+def write_episode(path: Path, record: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def load_episode(path: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError("episode file not found", file=path) from exc
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not JSON: {exc}", file=path) from exc
+    if data.get("schema") != SCHEMA:
+        raise InputError(f"unknown schema {data.get('schema')!r} (expected {SCHEMA})",
+                         file=path, field="schema")
+    return data
+
+
+class EpisodeRecorder:
+    """Writes every finished episode to ``<root>/<trajectory id>.json`` (an ``EpisodeSink``)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.written = 0
+        self.failed = 0
+
+    async def record(self, traj: Trajectory, task: Task, meta: Mapping[str, Any]) -> None:
+        rec = episode_record(traj, task, meta)
+        try:
+            await asyncio.to_thread(write_episode, self.root / episode_filename(traj.trajectory_id), rec)
+            self.written += 1
+        except OSError as exc:
+            self.failed += 1
+            print(f"rollbank: could not write episode {traj.trajectory_id}: {exc}", file=sys.stderr)
+
+
+@dataclass
+class StepReplay:
+    index: int
+    action: str | None
+    matched: bool
+    recorded: str
+    replayed: str
+
+
+@dataclass
+class ReplayReport:
+    episode: str
+    task_id: str
+    task_hash_match: bool
+    layer_hashes_match: bool | None
+    steps: list[StepReplay] = field(default_factory=list)
+    reward_recorded: float | None = None
+    reward_replayed: float | None = None
+    verifier_error: str | None = None
+    error: str | None = None
+
+    @property
+    def observations_match(self) -> bool:
+        return all(s.matched for s in self.steps)
+
+    @property
+    def reward_match(self) -> bool:
+        return self.reward_recorded == self.reward_replayed
+
+    @property
+    def ok(self) -> bool:
+        return (self.error is None and self.task_hash_match and self.observations_match
+                and self.reward_match)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(observations_match=self.observations_match, reward_match=self.reward_match,
+                 ok=self.ok, steps_total=len(self.steps),
+                 steps_matched=sum(s.matched for s in self.steps))
+        first = next((s for s in self.steps if not s.matched), None)
+        d["first_mismatch"] = asdict(first) if first else None
+        d["steps"] = [{"index": s.index, "matched": s.matched} for s in self.steps]
+        return d
+
+
+async def replay_episode(
+    record: Mapping[str, Any],
+    *,
+    task: Task,
+    source: SandboxSource,
+    verifier: Verifier,
+    harness: Harness,
+) -> ReplayReport:
+    """Re-run the recorded actions in a fresh sandbox; compare observations and reward."""
+    outcome = record.get("outcome") or {}
+    runner = record.get("runner") or {}
+    report = ReplayReport(
+        episode=str(record["trajectory_id"]), task_id=task.task_id,
+        task_hash_match=task.content_hash == record.get("task_hash"), layer_hashes_match=None,
+        reward_recorded=outcome.get("reward"),
+    )
+    try:
+        acq = await source.acquire(task, budget_s=None)
+    except (SandboxError, InputError) as exc:
+        report.error = f"sandbox: {type(exc).__name__}: {exc}"
+        return report
+    report.layer_hashes_match = list(acq.layer_hashes) == list(record.get("layer_hashes", []))
+    executor = ToolExecutor(acq.sandbox, step_timeout_s=float(runner.get("step_timeout_s", 30.0)),
+                            use_shell=bool(runner.get("use_shell", True)),
+                            workdir=record.get("workdir") or acq.workdir,
+                            budget_s=runner.get("episode_budget_s") or task.agent_timeout_s)
+    try:
+        for step in record.get("steps", []):
+            report.steps.append(await _replay_step(step, harness, executor))
+        end = (outcome.get("evidence") or {}).get("loop_end")
+        if end is not None and LoopEnd(end) in VERIFIABLE:
+            await executor.close()
+            verdict = await _verify(verifier, acq.sandbox, task)
+            report.reward_replayed = verdict.reward
+            report.verifier_error = verdict.error.value if verdict.error else None
+    except SandboxError as exc:
+        report.error = f"sandbox died during replay: {exc}"
+    finally:
+        await executor.close()
+        await acq.sandbox.close()
+    return report
+
+
+async def _replay_step(step: Mapping[str, Any], harness: Harness, executor: ToolExecutor) -> StepReplay:
+    action = harness.parse(str(step["model_text"]))
+    recorded = str(step.get("observation", ""))
+    if action.kind is ActionKind.MALFORMED:
+        got = action.observation or ""
+    elif action.commands:
+        got = harness.format_observation(await executor.run(action.commands))
+    else:
+        got = ""
+    return StepReplay(int(step["index"]), action.command_text,
+                      got == recorded and action.command_text == step.get("action"), recorded, got)
+
+
+async def _verify(verifier: Verifier, sandbox: Sandbox, task: Task) -> VerifierVerdict:
+    try:
+        return await verifier.verify(sandbox, task)
+    except VerifierError as exc:
+        return VerifierVerdict(None, error=Reason.VERIFIER_CRASH, detail=str(exc))

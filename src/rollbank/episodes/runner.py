@@ -1,0 +1,328 @@
+"""The episode runner: one attempt end to end, implementing the driver's ``AttemptRunner``.
+
+Per attempt: acquire a sandbox (fork from a warm snapshot or a cold build, via the injected
+:class:`~rollbank.episodes.sources.SandboxSource`), then turn after turn: the conversation's
+prompt (token ids) -> ``router.route`` -> ``client.generate`` under the driver's per-server
+inference slot (tokens tagged with log-probs and the weight version) -> ``harness.parse`` ->
+commands in the sandbox with the per-step timeout and the episode budget -> the observation
+appended. Then the verifier, then :func:`~rollbank.episodes.attribution.attribute`.
+
+Invariants
+- ``run`` never raises for an episode failure: every boundary error becomes an
+  :class:`EpisodeOutcome` (a failed episode is data). Only cancellation propagates.
+- The sandbox (and its shell session) is closed on every path, cancellation included.
+- Every routed request is reported back to the router exactly once (finish or abort).
+- The returned trajectory matches its :class:`AttemptSpec` (id, group, task, slot, retry,
+  seed, launched_at) and carries spans (``episodes/spans.py``) for the metrics.
+- Its token sequence never exceeds ``max_model_len``: an observation after which no turn
+  would fit ends the episode (``context_exhausted``) and stays only in the step record.
+- When a recorder is set, every finished episode is written as a replayable episode file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import traceback
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from pydantic import Field
+
+from rollbank.clock import Clock, MonotonicClock
+from rollbank.config import Section
+from rollbank.episodes.attribution import VERIFIABLE, LoopEnd, VerifierVerdict, attribute
+from rollbank.episodes.conversation import Conversation
+from rollbank.episodes.harnesses import ActionKind, Harness
+from rollbank.episodes.outcome import Reason
+from rollbank.episodes.sources import SandboxSource, Verifier
+from rollbank.episodes.spans import Span, add_span
+from rollbank.episodes.tools import ToolExecutor
+from rollbank.episodes.trajectory import StepRecord, Trajectory
+from rollbank.errors import (
+    BuildError,
+    InferenceError,
+    RequestAbortedError,
+    SandboxError,
+    VerifierError,
+    VerifierTimeoutError,
+)
+from rollbank.inference.protocol import GenerateRequest, InferenceClient, Tokenizer
+from rollbank.routing import Router, RouteRequest
+from rollbank.sandbox.protocol import Sandbox, SandboxUsage
+from rollbank.scheduling.types import AttemptSpec
+from rollbank.tasks.model import Task
+
+
+class RunnerConfig(Section):
+    """Limits of one episode."""
+
+    max_turns: int = Field(default=8, ge=1, description="model turns before the episode ends (max_turns)")
+    step_timeout_s: float = Field(
+        default=30.0, gt=0, description="per-command timeout inside the sandbox (the command is killed)"
+    )
+    episode_budget_s: float | None = Field(
+        default=None, gt=0,
+        description="seconds of command execution per episode (the model's tool time; the "
+        "verifier is not charged); None: the task's agent_timeout_s",
+    )
+    step_timeout_ends_episode: bool = Field(
+        default=False, description="end the episode (step_timeout, model_failure) when a command times "
+        "out; false: the model sees the timeout and may continue",
+    )
+    max_model_len: int = Field(default=2048, ge=64, description="the served model's context (tokens)")
+    min_new_tokens: int = Field(
+        default=16, ge=1, description="if fewer tokens fit in the context, the episode ends (context)"
+    )
+    use_shell: bool = Field(
+        default=True, description="run commands in one persistent shell (cwd/env survive between steps)"
+    )
+    health_probe_timeout_s: float = Field(
+        default=10.0, gt=0, description="timeout of the probe that tells a wrecked sandbox from a "
+        "verifier crash",
+    )
+
+
+class EpisodeSink(Protocol):
+    """Receives every finished episode (the replay recorder implements it)."""
+
+    async def record(self, traj: Trajectory, task: Task, meta: Mapping[str, Any]) -> None: ...
+
+
+class EpisodeRunner:
+    """Runs attempts; one instance serves a whole collection (it holds no per-episode state)."""
+
+    def __init__(
+        self,
+        config: RunnerConfig,
+        *,
+        tasks: Mapping[str, Task],
+        source: SandboxSource,
+        verifier: Verifier,
+        harness: Harness,
+        tokenizer: Tokenizer,
+        clients: Mapping[str, InferenceClient],
+        router: Router,
+        clock: Clock | None = None,
+        recorder: EpisodeSink | None = None,
+    ) -> None:
+        missing = set(router.servers) - set(clients)
+        if missing:
+            raise ValueError(f"router servers without a client: {sorted(missing)}")
+        self.config = config
+        self.tasks = tasks
+        self.source = source
+        self.verifier = verifier
+        self.harness = harness
+        self.tokenizer = tokenizer
+        self.clients = clients
+        self.router = router
+        self.clock: Clock = clock or MonotonicClock()
+        self.recorder = recorder
+
+    # ------------------------------------------------------------ AttemptRunner
+    async def run(self, attempt: AttemptSpec) -> Trajectory:
+        task = self.tasks[attempt.task_id]
+        traj = Trajectory(
+            trajectory_id=attempt.attempt_id, group_id=attempt.group_id, task_id=task.task_id,
+            attempt=attempt.slot, retry=attempt.retry, seed=attempt.seed,
+            launched_at=attempt.launched_at, task_hash=task.content_hash,
+        )
+        traj.meta.update(harness=self.harness.name, source=self.source.name,
+                         runner=self.config.model_dump(mode="json"))
+        try:
+            await self._episode(attempt, task, traj)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug on our side: unattributable, kept as data
+            traj.outcome = attribute(
+                LoopEnd.HOST_ERROR,
+                evidence={"error": f"{type(exc).__name__}: {exc}",
+                          "traceback": traceback.format_exc(limit=8)},
+            )
+        traj.finished_at = self.clock.now()
+        if self.recorder is not None:
+            await self.recorder.record(traj, task, traj.meta)
+        return traj
+
+    # ------------------------------------------------------------ phases
+    async def _episode(self, attempt: AttemptSpec, task: Task, traj: Trajectory) -> None:
+        cfg = self.config
+        budget = cfg.episode_budget_s or task.agent_timeout_s
+        t0 = self.clock.now()
+        try:
+            acq = await self.source.acquire(task, budget_s=None)  # the executor charges it
+        except BuildError as exc:
+            traj.outcome = attribute(LoopEnd.ENV_BUILD_FAILED, evidence={"error": str(exc)})
+            return
+        except SandboxError as exc:
+            traj.outcome = attribute(LoopEnd.SANDBOX_START_FAILED,
+                                     evidence={"error": f"{type(exc).__name__}: {exc}"})
+            return
+        sandbox = acq.sandbox
+        t1 = self.clock.now()
+        traj.started_at, traj.sandbox_setup_s = t1, t1 - t0
+        traj.layer_hashes = list(acq.layer_hashes)
+        traj.meta.update(sandbox_kind=acq.kind, sandbox_id=sandbox.sandbox_id,
+                         workdir=acq.workdir, sandbox_detail=dict(acq.detail))
+        add_span(traj, Span("sandbox_setup", t0, t1, traj.trajectory_id, sandbox=sandbox.sandbox_id))
+        attempt.ctx.mark_started()
+        executor = ToolExecutor(sandbox, step_timeout_s=cfg.step_timeout_s,
+                                use_shell=cfg.use_shell, workdir=acq.workdir, budget_s=budget)
+        try:
+            end, evidence = await self._loop(attempt, task, traj, executor, sandbox)
+            verdict: VerifierVerdict | None = None
+            healthy = True
+            if end in VERIFIABLE:
+                await executor.close()
+                verdict, died = await self._verify(sandbox, task, traj)
+                if died is not None:
+                    end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": died}
+                elif verdict.error is not None:
+                    healthy = await self._probe(sandbox)
+            traj.outcome = attribute(
+                end, verdict=verdict, sandbox_healthy=healthy, usage=_usage(sandbox),
+                actions=[s.action for s in traj.steps], evidence=evidence,
+            )
+        finally:
+            await _quietly_close(executor, sandbox)
+            add_span(traj, Span("episode", t0, max(self.clock.now(), t0), traj.trajectory_id,
+                                sandbox=sandbox.sandbox_id))
+
+    async def _loop(
+        self, attempt: AttemptSpec, task: Task, traj: Trajectory, executor: ToolExecutor,
+        sandbox: Sandbox,
+    ) -> tuple[LoopEnd, dict[str, Any]]:
+        cfg = self.config
+        conv = Conversation(self.tokenizer, traj)
+        conv.start(self.harness.initial_prompt(task))
+        sampling = self.harness.sampling()
+        timeouts = 0
+        for turn in range(cfg.max_turns):
+            room = cfg.max_model_len - len(conv)
+            if room < cfg.min_new_tokens:
+                return LoopEnd.CONTEXT, {"turn": turn, "prompt_tokens": len(conv)}
+            rid = f"{traj.trajectory_id}/t{turn}"
+            prompt = conv.prompt_token_ids
+            server = self.router.route(RouteRequest(rid, traj.trajectory_id, traj.group_id, prompt))
+            request = GenerateRequest(rid, prompt, replace(sampling, max_tokens=min(
+                sampling.max_tokens, room)))
+            try:
+                async with attempt.ctx.inference_slot(server):
+                    ts = self.clock.now()
+                    result = await self.clients[server].generate(request)
+            except RequestAbortedError as exc:
+                self.router.on_abort(server, rid)
+                return LoopEnd.ABORTED, {"turn": turn, "server": server, "error": str(exc)}
+            except InferenceError as exc:
+                self.router.on_abort(server, rid)
+                return LoopEnd.INFERENCE_ERROR, {
+                    "turn": turn, "server": server, "error": f"{type(exc).__name__}: {exc}"}
+            except BaseException:
+                self.router.on_abort(server, rid)
+                raise
+            self.router.on_finish(server, rid)
+            te = self.clock.now()
+            add_span(traj, Span("inference", ts, te, traj.trajectory_id, server=server,
+                                prompt_tokens=len(prompt), cached_tokens=result.cached_prompt_tokens,
+                                gen_tokens=len(result.token_ids)))
+            traj.inference_s += te - ts
+            if server not in traj.servers:
+                traj.servers.append(server)
+            conv.append_result(result)
+            action = self.harness.parse(result.text)
+            step = StepRecord(index=turn, model_text=result.text, action=action.command_text,
+                              observation="", inference_s=te - ts, server=server,
+                              finish_reason=result.finish_reason)
+            traj.steps.append(step)
+            if result.finish_reason == "abort":
+                return LoopEnd.ABORTED, {"turn": turn, "server": server, "why": "server aborted"}
+            if action.kind is ActionKind.MALFORMED:
+                step.observation = action.observation or ""
+                if not self._observe(conv, traj, step.observation):
+                    return LoopEnd.CONTEXT, {"turn": turn, "prompt_tokens": len(conv)}
+                continue
+            if action.commands:
+                tx = self.clock.now()
+                try:
+                    results = await executor.run(action.commands)
+                except SandboxError as exc:
+                    return LoopEnd.SANDBOX_DIED, {"turn": turn, "error": f"{type(exc).__name__}: {exc}"}
+                finally:
+                    ty = self.clock.now()
+                    add_span(traj, Span("exec", tx, ty, traj.trajectory_id, sandbox=sandbox.sandbox_id))
+                    traj.tool_s += ty - tx
+                last = results[-1]
+                step.exit_code, step.signal, step.timed_out = last.exit_code, last.signal, last.timed_out
+                step.exec_s = sum(r.duration_s for r in results)
+                step.observation = self.harness.format_observation(results)
+                timeouts += sum(r.timed_out for r in results)
+                ev = {"turn": turn, "step_timeouts": timeouts, "exit_code": last.exit_code,
+                      "signal": last.signal, "oom_killed": last.oom_killed}
+                if any(r.budget_exhausted for r in results):
+                    return LoopEnd.BUDGET, ev
+                if last.timed_out and cfg.step_timeout_ends_episode:
+                    return LoopEnd.STEP_TIMEOUT, ev
+                if not sandbox.alive:
+                    return LoopEnd.SANDBOX_DIED, ev
+            if action.done:
+                return LoopEnd.DONE, {"turn": turn, "step_timeouts": timeouts}
+            if not self._observe(conv, traj, step.observation):
+                return LoopEnd.CONTEXT, {"turn": turn, "prompt_tokens": len(conv),
+                                         "step_timeouts": timeouts}
+        return LoopEnd.MAX_TURNS, {"turn": cfg.max_turns, "step_timeouts": timeouts}
+
+    def _observe(self, conv: Conversation, traj: Trajectory, text: str) -> bool:
+        """Append an observation; False (and nothing appended) if no next turn would fit."""
+        n = len(traj.token_ids)
+        conv.append_observation(text)
+        if len(traj.token_ids) + self.config.min_new_tokens <= self.config.max_model_len:
+            return True
+        for seq in (traj.token_ids, traj.logprobs, traj.loss_mask, traj.policy_versions):
+            del seq[n:]
+        return False
+
+    async def _verify(
+        self, sandbox: Sandbox, task: Task, traj: Trajectory
+    ) -> tuple[VerifierVerdict, str | None]:
+        """The verdict, and an error text if the sandbox runtime died during verification."""
+        t0 = self.clock.now()
+        died: str | None = None
+        try:
+            verdict = await self.verifier.verify(sandbox, task)
+        except VerifierTimeoutError as exc:
+            verdict = VerifierVerdict(None, error=Reason.VERIFIER_TIMEOUT, detail=str(exc))
+        except VerifierError as exc:
+            verdict = VerifierVerdict(None, error=Reason.VERIFIER_CRASH, detail=str(exc))
+        except SandboxError as exc:
+            verdict = VerifierVerdict(None, error=Reason.VERIFIER_CRASH, detail=str(exc))
+            died = f"{type(exc).__name__}: {exc}"
+        t1 = self.clock.now()
+        traj.verify_s = t1 - t0
+        add_span(traj, Span("verify", t0, t1, traj.trajectory_id, sandbox=sandbox.sandbox_id))
+        return replace(verdict, duration_s=t1 - t0), died
+
+    async def _probe(self, sandbox: Sandbox) -> bool:
+        """Does the sandbox still run a shell and its basic tools?"""
+        try:
+            r = await sandbox.exec("ls / >/dev/null && echo ok",
+                                   timeout_s=self.config.health_probe_timeout_s)
+        except SandboxError:
+            return False
+        return r.exit_code == 0 and "ok" in r.stdout
+
+
+def _usage(sandbox: Sandbox) -> SandboxUsage | None:
+    try:
+        return sandbox.usage()
+    except Exception:
+        return None
+
+
+async def _quietly_close(executor: ToolExecutor, sandbox: Sandbox) -> None:
+    """Close the shell and the sandbox; a failing close must not hide the episode's outcome."""
+    with contextlib.suppress(Exception):  # the sandbox close below still kills everything
+        await executor.close()
+    with contextlib.suppress(Exception):
+        await sandbox.close()

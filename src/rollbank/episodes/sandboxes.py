@@ -1,0 +1,221 @@
+"""The real sandbox sources: warm (fork from a pool snapshot) and cold (build + start).
+
+- :class:`WarmSource` keeps one ready snapshot per task in a
+  :class:`~rollbank.sandbox.pool.WarmPool` and forks each episode's sandbox from it
+  (environment set-up off the critical path: the optimized arm).
+- :class:`ColdSource` builds the task's environment and starts a fresh sandbox per episode
+  (the naive arm). With ``rebuild`` the task's layers are rebuilt in a private layer cache
+  per episode (the shared base filesystem stays cached), as a ``docker build`` per episode
+  without a layer cache would; the private cache is deleted when the sandbox closes.
+- :func:`open_sandboxes` opens the backend, builds every task once and yields a
+  :class:`~rollbank.collector.SandboxPlane`-shaped pair (source, verifier).
+
+Invariants: every sandbox handed out is owned by the caller; leaving :func:`open_sandboxes`
+closes the pool (its stock) and the backend (every sandbox it started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from rollbank.episodes.attribution import VerifierVerdict
+from rollbank.episodes.outcome import Reason
+from rollbank.episodes.sources import Acquired
+from rollbank.sandbox.protocol import (
+    DEFAULT_OUTPUT_LIMIT,
+    ExecResult,
+    Limits,
+    Sandbox,
+    SandboxBackend,
+    SandboxSpec,
+    SandboxUsage,
+    ShellSession,
+    Snapshot,
+)
+from rollbank.tasks.builder import BuilderConfig, BuiltEnvironment, EnvironmentBuilder
+from rollbank.tasks.model import Task
+
+if TYPE_CHECKING:
+    from rollbank.collect_config import SandboxSection
+    from rollbank.collector import SandboxPlane
+    from rollbank.sandbox.pool import WarmPool
+
+
+def spec_for(task: Task, env: BuiltEnvironment | None, *, network: bool = False) -> SandboxSpec:
+    """The sandbox spec of a task's built environment (task limits, loopback unless allowed)."""
+    return SandboxSpec(
+        layers=tuple(env.layers) if env else (),
+        workdir=env.workdir if env else (task.workdir or "/"),
+        env=dict(env.env) if env else dict(task.env),
+        limits=Limits(cpus=task.cpus, memory_mb=task.memory_mb, storage_mb=task.storage_mb),
+        network=network and task.allow_internet,
+        label=task.task_id,
+    )
+
+
+class TaskVerifier:
+    """The task's own verifier (``episodes/verifier.py``), reduced to a verdict."""
+
+    _ERRORS: ClassVar[dict[str, Reason]] = {
+        "crash": Reason.VERIFIER_CRASH, "timeout": Reason.VERIFIER_TIMEOUT,
+        "no_reward": Reason.VERIFIER_NO_REWARD}
+
+    async def verify(self, sandbox: Sandbox, task: Task) -> VerifierVerdict:
+        from rollbank.episodes.verifier import run_verifier
+
+        r = await run_verifier(sandbox, task)
+        error = self._ERRORS.get(r.status.value)
+        detail = "" if error is None else f"{r.error or ''}\n{r.stderr_tail[-1500:]}".strip()
+        return VerifierVerdict(r.reward, dict(r.rewards), passed=r.passed, error=error,
+                               detail=detail, duration_s=r.duration_s)
+
+
+class WarmSource:
+    """Fork every episode's sandbox from the task's warm snapshot."""
+
+    name = "warm"
+
+    def __init__(self, pool: WarmPool, specs: Mapping[str, SandboxSpec],
+                 layer_hashes: Mapping[str, tuple[str, ...]]) -> None:
+        self.pool = pool
+        self.specs = specs
+        self.layer_hashes = layer_hashes
+
+    async def prepare(self, task_ids: Sequence[str]) -> None:
+        """Make every task's snapshot now (set-up, before the collection clock starts)."""
+        for tid in task_ids:
+            await self.pool.snapshot(tid, self.specs[tid])
+
+    async def acquire(self, task: Task, *, budget_s: float | None) -> Acquired:
+        spec = self.specs[task.task_id]
+        (sb,) = await self.pool.fork(task.task_id, spec, 1, budget_s=budget_s)
+        return Acquired(sb, self.layer_hashes.get(task.task_id, ()), spec.workdir, "warm")
+
+    async def aclose(self) -> None:
+        return None
+
+
+class ColdSource:
+    """Build (optionally from scratch) and start a fresh sandbox per episode."""
+
+    name = "cold"
+
+    def __init__(self, backend: SandboxBackend, builder: BuilderConfig, *, rebuild: bool,
+                 network: bool = False) -> None:
+        self.backend = backend
+        self.builder_config = builder
+        self.rebuild = rebuild
+        self.network = network
+        self._shared = EnvironmentBuilder(builder)
+
+    async def acquire(self, task: Task, *, budget_s: float | None) -> Acquired:
+        cache: Path | None = None
+        try:
+            if self.rebuild:
+                cache = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="rollbank-cold-"))
+                builder = EnvironmentBuilder(self.builder_config.model_copy(
+                    update={"cache_root": str(cache)}))
+            else:
+                builder = self._shared
+            env = await asyncio.to_thread(builder.build, task)
+            sb = await self.backend.start(spec_for(task, env, network=self.network),
+                                          budget_s=budget_s)
+        except BaseException:
+            if cache is not None:
+                await asyncio.to_thread(shutil.rmtree, cache, True)
+            raise
+        if cache is not None:
+            sb = _CleanupSandbox(sb, cache)
+        return Acquired(sb, env.layer_hashes, env.workdir, "cold",
+                        {"build_s": env.build_s, "steps_built": env.steps_built})
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _CleanupSandbox:
+    """A sandbox that deletes its private layer cache once closed (delegates the rest)."""
+
+    def __init__(self, inner: Sandbox, cache: Path) -> None:
+        self._inner = inner
+        self._cache: Path | None = cache
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._inner.sandbox_id
+
+    @property
+    def alive(self) -> bool:
+        return self._inner.alive
+
+    async def exec(self, command: str | Sequence[str], *, timeout_s: float | None = None,
+                   cwd: str | None = None, env: Mapping[str, str] | None = None,
+                   stdin: bytes | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
+                   ) -> ExecResult:
+        return await self._inner.exec(command, timeout_s=timeout_s, cwd=cwd, env=env,
+                                      stdin=stdin, output_limit=output_limit)
+
+    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        await self._inner.write_file(path, data, mode=mode)
+
+    async def read_file(self, path: str, *, limit: int | None = None) -> bytes:
+        return await self._inner.read_file(path, limit=limit)
+
+    async def upload(self, local: Path, remote: str) -> None:
+        await self._inner.upload(local, remote)
+
+    async def download(self, remote: str, local: Path) -> None:
+        await self._inner.download(remote, local)
+
+    async def shell(self) -> ShellSession:
+        return await self._inner.shell()
+
+    async def snapshot(self) -> Snapshot:
+        return await self._inner.snapshot()
+
+    def usage(self) -> SandboxUsage:
+        return self._inner.usage()
+
+    async def close(self) -> None:
+        try:
+            await self._inner.close()
+        finally:
+            if self._cache is not None:
+                cache, self._cache = self._cache, None
+                await asyncio.to_thread(shutil.rmtree, cache, True)
+
+
+async def build_all(tasks: Sequence[Task], config: BuilderConfig) -> dict[str, BuiltEnvironment]:
+    """Build (or find cached) every task's environment, one at a time (builds are heavy)."""
+    builder = EnvironmentBuilder(config)
+    return {t.task_id: await asyncio.to_thread(builder.build, t) for t in tasks}
+
+
+@contextlib.asynccontextmanager
+async def open_sandboxes(cfg: SandboxSection, tasks: Sequence[Task]) -> AsyncIterator[SandboxPlane]:
+    """Open the local backend and the source the config asks for (warm pool or cold)."""
+    from rollbank.collector import SandboxPlane
+    from rollbank.sandbox.local import LocalBackend
+    from rollbank.sandbox.pool import WarmPool
+
+    network = cfg.local.allow_network
+    async with contextlib.AsyncExitStack() as stack:
+        backend = LocalBackend(cfg.local)
+        stack.push_async_callback(backend.aclose)
+        if not cfg.warm:
+            yield SandboxPlane(ColdSource(backend, cfg.builder, rebuild=cfg.cold_rebuild,
+                                          network=network), TaskVerifier())
+            return
+        envs = await build_all(tasks, cfg.builder)
+        pool = await stack.enter_async_context(WarmPool(backend))
+        source = WarmSource(pool, {t.task_id: spec_for(t, envs[t.task_id], network=network)
+                                   for t in tasks},
+                            {tid: e.layer_hashes for tid, e in envs.items()})
+        await source.prepare([t.task_id for t in tasks])
+        yield SandboxPlane(source, TaskVerifier())

@@ -1,0 +1,223 @@
+"""Verify a finished episode inside its sandbox, and run a task's oracle solution.
+
+Owns: the verifier protocol shared by Harbor and Terminal-Bench 1 tasks and its mapping to
+:class:`~rollbank.episodes.outcome.EpisodeOutcome`.
+
+Sequence (:func:`run_verifier`, called only after the agent finished)
+1. stop every process the agent left behind (SIGKILL to every pid of the sandbox but pid 1,
+   the backend's ``sleep infinity`` anchor and the reset shell: a background loop must not
+   rewrite the reward), remove ``/tests``, ``/logs/verifier`` and the shim
+   directory, recreate them empty;
+2. write the task's tests (and e.g. TB1's run-tests.sh) into the fresh ``/tests`` through the
+   Sandbox API — the agent never saw them and cannot alter them — and the offline shims
+   (:mod:`rollbank.tasks.shims`);
+3. run ``task.test_command`` with the shims first on PATH, the task's verifier env, and the
+   verifier's own timeout (``task.verifier_timeout_s``);
+4. read ``/logs/verifier/reward.txt`` (one number) or else ``reward.json`` (named numbers;
+   the scalar is their mean).
+
+Classification: timeout -> ``verifier_timeout``; a reward that cannot be parsed, or no reward
+and a non-zero exit / signal (e.g. a missing interpreter, exit 126/127) -> ``verifier_crash``;
+exit 0 but no reward -> ``verifier_no_reward``; otherwise ``verified_pass`` when the reward is 1
+(every reward.json entry 1) and ``verified_fail`` below that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.sandbox.protocol import ExecResult, Sandbox
+from rollbank.tasks.model import Task, TaskFormat
+from rollbank.tasks.shims import SHIM_DIR, shim_files
+
+REWARD_TXT = "/logs/verifier/reward.txt"
+REWARD_JSON = "/logs/verifier/reward.json"
+OUTPUT_LIMIT = 256 * 1024
+PASS_EPS = 1e-9
+#: Kill every process of the sandbox but its pid 1, the sandbox's anchor (``sleep infinity``)
+#: and this shell: what the agent left running must not touch the verifier's files.
+KILL_LEFTOVERS = (
+    'for d in /proc/[0-9]*; do p="${d#/proc/}"; [ "$p" = 1 ] || [ "$p" = "$$" ] && continue; '
+    'c="$(tr "\\0" " " < "$d/cmdline" 2>/dev/null)"; '
+    'case "$c" in "sleep infinity "|"/bin/sleep infinity ") continue;; esac; '
+    'kill -9 "$p" 2>/dev/null; done; '
+)
+
+
+class VerifierStatus(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    NO_REWARD = "no_reward"
+
+
+@dataclass(frozen=True)
+class VerifierResult:
+    status: VerifierStatus
+    reward: float | None
+    rewards: dict[str, float] = field(default_factory=dict)
+    exit_code: int | None = None
+    signal: int | None = None
+    duration_s: float = 0.0
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status is VerifierStatus.PASS
+
+
+_REASON = {
+    VerifierStatus.PASS: Reason.VERIFIED_PASS,
+    VerifierStatus.FAIL: Reason.VERIFIED_FAIL,
+    VerifierStatus.CRASH: Reason.VERIFIER_CRASH,
+    VerifierStatus.TIMEOUT: Reason.VERIFIER_TIMEOUT,
+    VerifierStatus.NO_REWARD: Reason.VERIFIER_NO_REWARD,
+}
+
+
+def verifier_outcome(result: VerifierResult) -> EpisodeOutcome:
+    """Map a verifier result to the episode's verdict (infra reasons for verifier faults)."""
+    evidence: dict[str, Any] = {"verifier_exit_code": result.exit_code,
+                                "verifier_signal": result.signal,
+                                "verifier_duration_s": round(result.duration_s, 3)}
+    if result.error:
+        evidence["verifier_error"] = result.error
+    if result.status in (VerifierStatus.CRASH, VerifierStatus.TIMEOUT, VerifierStatus.NO_REWARD):
+        evidence["verifier_stderr_tail"] = result.stderr_tail[-2000:]
+        evidence["verifier_stdout_tail"] = result.stdout_tail[-2000:]
+    return EpisodeOutcome.of(_REASON[result.status], reward=result.reward,
+                             rewards=result.rewards, **evidence)
+
+
+def parse_reward_txt(text: str) -> float:
+    value = float(text.strip())
+    if not math.isfinite(value):
+        raise ValueError(f"reward is not finite: {text.strip()!r}")
+    return value
+
+
+def parse_reward_json(text: str) -> dict[str, float]:
+    data = json.loads(text)
+    if isinstance(data, int | float) and not isinstance(data, bool):
+        data = {"reward": data}
+    if not isinstance(data, dict) or not data:
+        raise ValueError("reward.json must be a non-empty object of named numbers")
+    out: dict[str, float] = {}
+    for k, v in data.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"reward.json entry {k!r} is not a finite number: {v!r}")
+        out[str(k)] = float(v)
+    return out
+
+
+def classify(exec_result: ExecResult, reward_txt: str | None, reward_json: str | None) -> VerifierResult:
+    """Pure classification of what the test command did and which reward files it left."""
+    base: dict[str, Any] = {"exit_code": exec_result.exit_code, "signal": exec_result.signal,
+                            "duration_s": exec_result.duration_s,
+                            "stdout_tail": exec_result.stdout[-4000:],
+                            "stderr_tail": exec_result.stderr[-4000:]}
+    if exec_result.timed_out or exec_result.budget_exhausted:
+        return VerifierResult(VerifierStatus.TIMEOUT, None, error="verifier timed out", **base)
+    try:
+        if reward_txt is not None:
+            reward = parse_reward_txt(reward_txt)
+            rewards = {"reward": reward}
+            passed = reward >= 1.0 - PASS_EPS
+        elif reward_json is not None:
+            rewards = parse_reward_json(reward_json)
+            reward = sum(rewards.values()) / len(rewards)
+            passed = all(v >= 1.0 - PASS_EPS for v in rewards.values())
+        else:
+            if exec_result.exit_code != 0:
+                return VerifierResult(VerifierStatus.CRASH, None,
+                                      error=f"test command failed (exit {exec_result.exit_code}, "
+                                            f"signal {exec_result.signal}) without writing a reward",
+                                      **base)
+            return VerifierResult(VerifierStatus.NO_REWARD, None,
+                                  error="no /logs/verifier/reward.txt or reward.json", **base)
+    except ValueError as exc:
+        return VerifierResult(VerifierStatus.CRASH, None, error=f"malformed reward: {exc}", **base)
+    status = VerifierStatus.PASS if passed else VerifierStatus.FAIL
+    return VerifierResult(status, reward, rewards, **base)
+
+
+def _files(root: Path) -> list[tuple[str, Path]]:
+    if not root.is_dir():
+        return []
+    return [(p.relative_to(root).as_posix(), p) for p in sorted(root.rglob("*")) if p.is_file()]
+
+
+async def _write_tree(sandbox: Sandbox, files: list[tuple[str, Path]], dest: str) -> None:
+    for rel, path in files:
+        mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+        await sandbox.write_file(f"{dest}/{rel}", path.read_bytes(), mode=mode)
+
+
+async def _read_optional(sandbox: Sandbox, path: str) -> str | None:
+    check = await sandbox.exec(["test", "-f", path], timeout_s=30)
+    if check.exit_code != 0:
+        return None
+    data = await sandbox.read_file(path, limit=64 * 1024)
+    return data.decode("utf-8", "replace")
+
+
+async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = True) -> ExecResult:
+    """Steps 1-2: clear the stage and write tests and shims (agent must have finished)."""
+    reset = ((KILL_LEFTOVERS if kill_leftovers else "")
+             + f"rm -rf /tests {SHIM_DIR}; [ -L /logs ] && rm -f /logs; rm -rf /logs/verifier; "
+             f"mkdir -p /tests /logs/verifier /logs/agent {SHIM_DIR}")
+    res = await sandbox.exec(["/bin/sh", "-c", reset], timeout_s=60)
+    if res.exit_code != 0:
+        return res
+    await _write_tree(sandbox, _files(task.tests_dir), "/tests")
+    await _write_tree(sandbox, list(task.extra_test_files), "/tests")
+    for name, (data, mode) in shim_files().items():
+        await sandbox.write_file(f"{SHIM_DIR}/{name}", data, mode=mode)
+    return res
+
+
+async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None,
+                       kill_leftovers: bool = True) -> VerifierResult:
+    """Run the task's verifier in ``sandbox`` (after the agent finished) and classify it."""
+    prep = await prepare(sandbox, task, kill_leftovers=kill_leftovers)
+    if prep.exit_code != 0:
+        return VerifierResult(VerifierStatus.CRASH, None, exit_code=prep.exit_code,
+                              signal=prep.signal, stderr_tail=prep.stderr[-4000:],
+                              error="could not prepare /tests and /logs/verifier")
+    command = (f'export PATH={SHIM_DIR}:"$PATH"; export HOME="${{HOME:-/root}}"; '
+               f"{task.test_command}")
+    res = await sandbox.exec(["/bin/bash", "-c", command], env=dict(task.verifier_env),
+                             timeout_s=timeout_s or task.verifier_timeout_s,
+                             output_limit=OUTPUT_LIMIT)
+    if res.timed_out or res.budget_exhausted:
+        return classify(res, None, None)
+    txt = await _read_optional(sandbox, REWARD_TXT)
+    js = None if txt is not None else await _read_optional(sandbox, REWARD_JSON)
+    return classify(res, txt, js)
+
+
+async def run_oracle(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None) -> ExecResult | None:
+    """Upload and run the task's oracle solution (as the agent would); None if it has none."""
+    if task.solution is None:
+        return None
+    if task.format is TaskFormat.HARBOR:
+        files = _files(task.solution.parent)
+    else:
+        files = [("solve.sh", task.solution)]
+    await sandbox.exec(["/bin/sh", "-c", "rm -rf /solution && mkdir -p /solution"], timeout_s=60)
+    await _write_tree(sandbox, files, "/solution")
+    script = "/solution/" + (task.solution.name if task.format is TaskFormat.HARBOR else "solve.sh")
+    return await sandbox.exec(["/bin/bash", "-c", f"bash {shlex.quote(script)}"],
+                              env=dict(task.solution_env),
+                              timeout_s=timeout_s or task.agent_timeout_s,
+                              output_limit=OUTPUT_LIMIT)

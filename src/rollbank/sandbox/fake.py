@@ -1,0 +1,440 @@
+"""In-memory fake sandbox backend for unit tests (no processes, no files on disk).
+
+Owns :class:`FakeBackend`, :class:`FakeSandbox`, :class:`FakeSnapshot`, :class:`FakeShell`.
+A sandbox is a ``dict`` of absolute path -> bytes plus a tiny command interpreter:
+
+* lists: ``a; b``, ``a && b``, ``a || b`` (left to right, no pipes, no subshells);
+* words: single/double quotes via :mod:`shlex`; ``$NAME`` / ``${NAME}`` and ``$?`` expanded
+  from the environment (not inside single quotes);
+* redirections at the end of a command: ``> file``, ``>> file``, ``2> file``, ``< file``;
+* builtins: ``echo [-n]``, ``printf FMT ARGS`` (``%s %d \\n \\t``), ``cat [FILE...]``,
+  ``ls [DIR]``, ``pwd``, ``cd DIR``, ``mkdir [-p]``, ``rm [-rf]``, ``touch``,
+  ``test``/``[`` with ``-f -d -e -n -z``, ``true``, ``false``, ``exit N``, ``export K=V``,
+  ``K=V``, ``sleep S`` (advances the injected :class:`~rollbank.clock.FakeClock`, else really
+  sleeps), and any extra command given as a handler to :class:`FakeBackend`.
+* unknown commands exit 127 with ``sh: NAME: not found``.
+
+Invariants (the protocol's): siblings forked from one snapshot share files and never each
+other's writes; ``exec`` never raises for what a command did; output is bounded with
+:data:`~rollbank.sandbox.protocol.TRUNCATION_MARKER`; the budget charges exec time (clock
+time of ``sleep``) and ``exec`` past it returns ``budget_exhausted``; ``close`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from rollbank.clock import FakeClock
+from rollbank.errors import SandboxError, SandboxStartError
+from rollbank.sandbox.local.proc import BoundedBuffer
+from rollbank.sandbox.protocol import (
+    DEFAULT_OUTPUT_LIMIT,
+    ExecResult,
+    Sandbox,
+    SandboxBackend,
+    SandboxSpec,
+    SandboxUsage,
+    ShellSession,
+    Snapshot,
+)
+
+Handler = Callable[["FakeSandbox", list[str], bytes], tuple[int, bytes, bytes]]
+
+
+@dataclass(frozen=True)
+class FakeSnapshot:
+    snapshot_id: str
+    files: Mapping[str, bytes]
+    spec: SandboxSpec
+
+
+@dataclass
+class _State:
+    cwd: str
+    env: dict[str, str]
+    status: int = 0
+
+
+class _Timeout(Exception):
+    pass
+
+
+@dataclass
+class _Ctx:
+    deadline: float | None  # on the backend's clock
+    out: bytearray = field(default_factory=bytearray)
+    err: bytearray = field(default_factory=bytearray)
+
+
+class FakeSandbox:
+    """One fake sandbox. ``files`` is public so tests can plant and inspect state."""
+
+    def __init__(self, backend: FakeBackend, sid: str, spec: SandboxSpec,
+                 files: Mapping[str, bytes], budget_s: float | None) -> None:
+        self.backend = backend
+        self._id = sid
+        self.spec = spec
+        self.files: dict[str, bytes] = dict(files)
+        self.budget_s = budget_s
+        self.exec_seconds = 0.0
+        self.commands: list[str] = []  # every command string run, for assertions
+        self.closed = False
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._id
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed
+
+    def _now(self) -> float:
+        return self.backend.clock.now() if self.backend.clock else time.monotonic()
+
+    async def exec(
+        self, command: str | Sequence[str], *, timeout_s: float | None = None,
+        cwd: str | None = None, env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ExecResult:
+        state = _State(cwd or self.spec.workdir, {**self.spec.env, **(env or {})})
+        return await self._run(command, state, timeout_s, stdin or b"", output_limit)
+
+    async def _run(self, command: str | Sequence[str], state: _State, timeout_s: float | None,
+                   stdin: bytes, limit: int) -> ExecResult:
+        if self.closed:
+            raise SandboxError(f"sandbox {self._id} is closed")
+        text = command if isinstance(command, str) else shlex.join(command)
+        self.commands.append(text)
+        left = None if self.budget_s is None else self.budget_s - self.exec_seconds
+        if left is not None and left <= 0:
+            return ExecResult(None, None, "", "", 0.0, budget_exhausted=True)
+        budget_bound = left is not None and (timeout_s is None or left < timeout_s)
+        limit_s = left if budget_bound else timeout_s
+        t0 = self._now()
+        ctx = _Ctx(None if limit_s is None else t0 + limit_s)
+        timed_out = False
+        try:
+            rc = await self._run_list(text, state, ctx, stdin)
+        except _Timeout:
+            timed_out, rc = True, None
+        duration = self._now() - t0
+        self.exec_seconds += duration
+        outs = []
+        for raw in (ctx.out, ctx.err):
+            buf = BoundedBuffer(limit)
+            buf.feed(bytes(raw))
+            outs.append(buf.text())
+        return ExecResult(
+            rc, 9 if timed_out else None, outs[0][0], outs[1][0], duration,
+            timed_out=timed_out and not budget_bound, budget_exhausted=timed_out and budget_bound,
+            stdout_truncated=outs[0][1], stderr_truncated=outs[1][1],
+        )
+
+    # ---------------------------------------------------------------- interpreter
+    async def _run_list(self, text: str, st: _State, ctx: _Ctx, stdin: bytes) -> int:
+        lex = shlex.shlex(text, posix=True, punctuation_chars=";&|<>")
+        lex.whitespace_split = True
+        lex.commenters = ""
+        tokens = list(lex)
+        parts: list[tuple[str, list[str]]] = []  # (connector before, words)
+        cur: list[str] = []
+        conn = ";"
+        for tok in tokens:
+            if tok in (";", "&&", "||"):
+                parts.append((conn, cur))
+                conn, cur = tok, []
+            else:
+                cur.append(tok)
+        parts.append((conn, cur))
+        rc = 0
+        for conn, words in parts:
+            if (conn == "&&" and rc != 0) or (conn == "||" and rc == 0) or not words:
+                continue
+            try:
+                rc = await self._simple(words, st, ctx, stdin)
+            except _Exit as ex:
+                st.status = ex.code
+                return ex.code
+            st.status = rc
+        return rc
+
+    def _path(self, st: _State, p: str) -> str:
+        return str(PurePosixPath("/") / st.cwd / p) if not p.startswith("/") else str(PurePosixPath(p))
+
+    def _expand(self, word: str, st: _State) -> str:
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1) or m.group(2)
+            return str(st.status) if name == "?" else st.env.get(name, "")
+        return re.sub(r"\$\{(\w+)\}|\$(\w+|\?)", sub, word)
+
+    async def _simple(self, words: list[str], st: _State, ctx: _Ctx, stdin: bytes) -> int:
+        words = [self._expand(w, st) for w in words]
+        redirs: list[tuple[str, str]] = []
+        while len(words) >= 2 and words[-2] in (">", ">>", "<", "2>"):
+            redirs.insert(0, (words[-2], words[-1]))
+            words = words[:-2]
+        if len(words) >= 2 and words[-1] == "2" and redirs and redirs[0][0] == ">":
+            words, redirs[0] = words[:-1], ("2>", redirs[0][1])
+        for op, target in redirs:
+            if op == "<":
+                stdin = self.files.get(self._path(st, target), b"")
+        out, err = bytearray(), bytearray()
+        rc = await self._builtin(words, st, ctx, stdin, out, err)
+        sinks = {"1": out, "2": err}
+        for op, target in redirs:
+            if op in (">", ">>", "2>"):
+                key = self._path(st, target)
+                data = bytes(sinks["2" if op == "2>" else "1"])
+                self.files[key] = (self.files.get(key, b"") if op == ">>" else b"") + data
+                sinks["2" if op == "2>" else "1"].clear()
+        ctx.out += out
+        ctx.err += err
+        return rc
+
+    async def _builtin(self, w: list[str], st: _State, ctx: _Ctx, stdin: bytes,
+                       out: bytearray, err: bytearray) -> int:
+        name, args = w[0], w[1:]
+        if "=" in name and re.fullmatch(r"\w+=.*", name) and not args:
+            k, v = name.split("=", 1)
+            st.env[k] = v
+            return 0
+        if name in self.backend.handlers:
+            rc, o, e = self.backend.handlers[name](self, args, stdin)
+            out += o
+            err += e
+            return rc
+        if name == "echo":
+            nl = not (args and args[0] == "-n")
+            out += (" ".join(args[0 if nl else 1:]) + ("\n" if nl else "")).encode()
+        elif name == "printf":
+            fmt = (args[0] if args else "").replace("\\n", "\n").replace("\\t", "\t")
+            vals = [int(a) if re.fullmatch(r"-?\d+", a) else a for a in args[1:]]
+            try:
+                out += (fmt % tuple(vals) if vals else fmt.replace("%%", "%")).encode()
+            except (TypeError, ValueError):
+                out += fmt.encode()
+        elif name == "cat":
+            if not args:
+                out += stdin
+            for a in args:
+                p = self._path(st, a)
+                if p not in self.files:
+                    err += f"cat: {a}: No such file or directory\n".encode()
+                    return 1
+                out += self.files[p]
+        elif name == "ls":
+            d = self._path(st, args[-1] if args else ".").rstrip("/") + "/"
+            names = sorted({k[len(d):].split("/")[0] for k in self.files if k.startswith(d)})
+            out += "".join(n + "\n" for n in names).encode()
+        elif name == "pwd":
+            out += (st.cwd + "\n").encode()
+        elif name == "cd":
+            st.cwd = self._path(st, args[0] if args else "/root")
+        elif name == "mkdir":
+            pass  # directories are implicit
+        elif name == "touch":
+            for a in args:
+                self.files.setdefault(self._path(st, a), b"")
+        elif name == "rm":
+            for a in (x for x in args if not x.startswith("-")):
+                p = self._path(st, a)
+                for k in [k for k in self.files if k == p or k.startswith(p.rstrip("/") + "/")]:
+                    del self.files[k]
+        elif name in ("test", "["):
+            return self._test([a for a in args if a != "]"], st)
+        elif name == "true":
+            return 0
+        elif name == "false":
+            return 1
+        elif name == "exit":
+            raise _Exit(int(args[0]) if args else st.status)
+        elif name == "export":
+            for a in args:
+                k, _, v = a.partition("=")
+                st.env[k] = v
+        elif name == "sleep":
+            await self._sleep(float(args[0]) if args else 0.0, ctx)
+        else:
+            err += f"sh: {name}: not found\n".encode()
+            return 127
+        return 0
+
+    def _test(self, args: list[str], st: _State) -> int:
+        if len(args) == 2:
+            op, a = args
+            p = self._path(st, a)
+            ok = {
+                "-f": p in self.files, "-e": p in self.files or self._isdir(p),
+                "-d": self._isdir(p), "-n": a != "", "-z": a == "",
+            }.get(op, False)
+            return 0 if ok else 1
+        if len(args) == 3 and args[1] in ("=", "!="):
+            return 0 if (args[0] == args[2]) == (args[1] == "=") else 1
+        return 2
+
+    def _isdir(self, p: str) -> bool:
+        prefix = p.rstrip("/") + "/"
+        return p == "/" or any(k.startswith(prefix) for k in self.files)
+
+    async def _sleep(self, seconds: float, ctx: _Ctx) -> None:
+        now = self._now()
+        if ctx.deadline is not None and now + seconds > ctx.deadline:
+            seconds = max(0.0, ctx.deadline - now)
+            timeout = True
+        else:
+            timeout = False
+        clock = self.backend.clock
+        if clock is not None:
+            clock.advance(seconds)
+            await asyncio.sleep(0)
+        else:
+            await asyncio.sleep(seconds)
+        if timeout:
+            raise _Timeout
+
+    # ---------------------------------------------------------------- files and the rest
+    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        self._alive()
+        self.files[str(PurePosixPath(path))] = bytes(data)
+
+    async def read_file(self, path: str, *, limit: int | None = None) -> bytes:
+        self._alive()
+        try:
+            data = self.files[str(PurePosixPath(path))]
+        except KeyError:
+            raise FileNotFoundError(path) from None
+        return data if limit is None else data[:limit]
+
+    async def upload(self, local: Path, remote: str) -> None:
+        items = await asyncio.to_thread(_read_tree, local)
+        for rel, data in items:
+            await self.write_file(str(PurePosixPath(remote) / rel) if rel else remote, data)
+
+    async def download(self, remote: str, local: Path) -> None:
+        self._alive()
+        r = str(PurePosixPath(remote))
+        items = [(k[len(r):].lstrip("/"), v) for k, v in self.files.items()
+                 if k == r or k.startswith(r + "/")]
+        if not items:
+            raise FileNotFoundError(remote)
+        await asyncio.to_thread(_write_tree, local, items)
+
+    async def shell(self) -> ShellSession:
+        self._alive()
+        return FakeShell(self, _State(self.spec.workdir, dict(self.spec.env)))
+
+    async def snapshot(self) -> FakeSnapshot:
+        self._alive()
+        return self.backend._new_snapshot(self.files, self.spec)
+
+    def usage(self) -> SandboxUsage:
+        return SandboxUsage(exec_seconds=self.exec_seconds)
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def _alive(self) -> None:
+        if self.closed:
+            raise SandboxError(f"sandbox {self._id} is closed")
+
+
+class _Exit(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+class FakeShell:
+    """A persistent fake shell: cwd and variables survive between ``run`` calls."""
+
+    def __init__(self, sandbox: FakeSandbox, state: _State) -> None:
+        self._sb = sandbox
+        self._state = state
+
+    async def run(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
+        return await self._sb._run(command, self._state, timeout_s, b"", DEFAULT_OUTPUT_LIMIT)
+
+    async def close(self) -> None:
+        return None
+
+
+class FakeBackend:
+    """Fake :class:`~rollbank.sandbox.protocol.SandboxBackend`.
+
+    ``clock``: a FakeClock that ``sleep`` advances (else real sleeps). ``handlers``: extra
+    commands (name -> fn(sandbox, args, stdin) -> (exit code, stdout, stderr)).
+    ``fail_starts``: the next N starts raise :class:`SandboxStartError` (infra faults).
+    ``files``: what every started spec contains (the spec's layers are not read).
+    """
+
+    def __init__(self, clock: FakeClock | None = None, *,
+                 handlers: Mapping[str, Handler] | None = None, fail_starts: int = 0,
+                 files: Mapping[str, bytes] | None = None) -> None:
+        self.clock = clock
+        self.handlers = dict(handlers or {})
+        self.fail_starts = fail_starts
+        self.base_files = dict(files or {})
+        self.started: list[FakeSandbox] = []
+        self._n = 0
+
+    def _next_id(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}{self._n}"
+
+    def _new_snapshot(self, files: Mapping[str, bytes], spec: SandboxSpec) -> FakeSnapshot:
+        return FakeSnapshot(self._next_id("fsnap"), dict(files), spec)
+
+    async def start(self, spec: SandboxSpec, *, budget_s: float | None = None) -> FakeSandbox:
+        return self._start(spec, self.base_files, budget_s)
+
+    def _start(self, spec: SandboxSpec, files: Mapping[str, bytes],
+               budget_s: float | None) -> FakeSandbox:
+        if self.fail_starts > 0:
+            self.fail_starts -= 1
+            raise SandboxStartError("fake start failure (injected)")
+        sb = FakeSandbox(self, self._next_id("fake"), spec, files, budget_s)
+        self.started.append(sb)
+        return sb
+
+    async def fork(self, snapshot: Snapshot, n: int, *,
+                   budget_s: float | None = None) -> list[Sandbox]:
+        if not isinstance(snapshot, FakeSnapshot):
+            raise SandboxError(f"not a fake snapshot: {snapshot!r}")
+        return [self._start(snapshot.spec, snapshot.files, budget_s) for _ in range(n)]
+
+    async def snapshot_spec(self, spec: SandboxSpec) -> FakeSnapshot:
+        return self._new_snapshot(self.base_files, spec)
+
+    async def aclose(self) -> None:
+        for sb in self.started:
+            await sb.close()
+
+    @property
+    def live(self) -> list[FakeSandbox]:
+        return [s for s in self.started if s.alive]
+
+
+def _read_tree(local: Path) -> list[tuple[str, bytes]]:
+    if local.is_file():
+        return [("", local.read_bytes())]
+    return [(str(p.relative_to(local)), p.read_bytes()) for p in sorted(local.rglob("*"))
+            if p.is_file()]
+
+
+def _write_tree(local: Path, items: list[tuple[str, bytes]]) -> None:
+    for rel, data in items:
+        dst = local / rel if rel else local
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(data)
+
+
+__all__ = ["FakeBackend", "FakeSandbox", "FakeShell", "FakeSnapshot", "Handler"]
+
+
+def _conforms(b: FakeBackend) -> SandboxBackend:
+    return b  # mypy checks FakeBackend against the protocol here

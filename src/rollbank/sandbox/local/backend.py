@@ -1,0 +1,271 @@
+"""The local sandbox backend: bubblewrap + overlayfs + cgroups + rlimits on this host.
+
+Owns :class:`LocalBackend` (start, fork, snapshot_spec, aclose) and the lifetime of every
+sandbox, cgroup and snapshot directory it creates. How a sandbox is assembled is in
+:mod:`rollbank.sandbox.local.runtime`; cgroups in :mod:`rollbank.sandbox.local.cgroups`.
+
+Invariants
+- Isolation or nothing: if this host cannot isolate (not root, no bubblewrap, no overlayfs,
+  no cgroups), :class:`~rollbank.errors.IsolationUnavailableError` is raised; there is no
+  unsandboxed fallback.
+- A task asks for the network (``spec.network``); it gets it only if the operator set
+  ``allow_network``. Limits are the spec's, capped by the operator's config.
+- Nothing outlives the orchestrator: sandboxes die with the spawning thread
+  (``--die-with-parent``), mounts exist only in each sandbox's mount namespace, and what a
+  SIGKILLed orchestrator left behind (cgroups, snapshot dirs) is reaped by the next backend.
+- Sandboxes must be started from the thread running the event loop (``--die-with-parent`` is
+  tied to the spawning thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from rollbank.errors import IsolationUnavailableError, SandboxError, SandboxStartError
+from rollbank.sandbox.local.cgroups import CgroupLayout, owner_alive, owner_tag, reap_dead_owners
+from rollbank.sandbox.local.config import LocalSandboxConfig
+from rollbank.sandbox.local.runtime import (
+    NSENTER,
+    SETPRIV_IN_SANDBOX,
+    UNSHARE,
+    init_argv,
+    rlimit_shell,
+)
+from rollbank.sandbox.local.sandbox import LocalSandbox
+from rollbank.sandbox.local.snapshot import LocalSnapshot
+from rollbank.sandbox.protocol import Limits, Sandbox, SandboxBackend, SandboxSpec, Snapshot
+
+_START_TIMEOUT_S = 30.0
+
+
+def check_isolation(config: LocalSandboxConfig) -> None:
+    """Raise :class:`IsolationUnavailableError` naming what this host lacks."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("the local backend must run as root (mounts, cgroups)")
+    for tool in (config.bwrap, UNSHARE, NSENTER, "/bin/sh", "/bin/cp"):
+        if not os.access(tool, os.X_OK):
+            problems.append(f"{tool} is missing (apt-get install bubblewrap util-linux)")
+    try:
+        fs = Path("/proc/filesystems").read_text()
+    except OSError:
+        fs = ""
+    for name in ("overlay", "tmpfs"):
+        if name not in fs:
+            problems.append(f"the kernel has no {name} filesystem")
+    if problems:
+        raise IsolationUnavailableError("cannot isolate sandboxes here: " + "; ".join(problems))
+
+
+class LocalBackend:
+    """Starts isolated sandboxes on this host. One per process; ``aclose`` cleans up all."""
+
+    def __init__(self, config: LocalSandboxConfig | None = None) -> None:
+        self.config = config or LocalSandboxConfig()
+        self._layout: CgroupLayout | None = None
+        self._sandboxes: dict[str, LocalSandbox] = {}
+        self._snapshots: dict[str, LocalSnapshot] = {}
+        self._sem = asyncio.Semaphore(self.config.max_concurrent_starts)
+        self._owner = owner_tag()
+        self._owner_dir = self.config.run_dir / self._owner
+        self.mount_dir = self.config.run_dir / "mnt"
+        self.snapshot_dir = self._owner_dir / "snapshots"
+        self._closed = False
+
+    # ---------------------------------------------------------------- setup
+    def _ensure_ready(self) -> CgroupLayout:
+        if self._closed:
+            raise SandboxError("backend is closed")
+        if self._layout is None:
+            check_isolation(self.config)
+            if self.config.reap_on_start:
+                self.reap()
+            self.mount_dir.mkdir(parents=True, exist_ok=True)
+            self.snapshot_dir.mkdir(parents=True, exist_ok=True)
+            self._layout = CgroupLayout.detect()
+        return self._layout
+
+    def reap(self) -> int:
+        """Remove what dead orchestrators left: cgroups (killing their processes), dirs."""
+        n = reap_dead_owners()
+        if self.config.run_dir.is_dir():
+            for d in self.config.run_dir.iterdir():
+                if d.name.startswith("o") and d.is_dir() and not owner_alive(d.name):
+                    shutil.rmtree(d, ignore_errors=True)
+                    n += 1
+        return n
+
+    def _limits(self, limits: Limits) -> Limits:
+        c = self.config
+        return replace(
+            limits,
+            cpus=min(limits.cpus, c.max_cpus),
+            memory_mb=min(limits.memory_mb, c.max_memory_mb),
+            storage_mb=min(limits.storage_mb, c.max_storage_mb),
+            max_processes=min(limits.max_processes, c.max_processes),
+        )
+
+    # ---------------------------------------------------------------- protocol
+    async def start(self, spec: SandboxSpec, *, budget_s: float | None = None) -> LocalSandbox:
+        layout = self._ensure_ready()
+        async with self._sem:
+            return await self._start(layout, spec, budget_s)
+
+    async def _start(
+        self, layout: CgroupLayout, spec: SandboxSpec, budget_s: float | None
+    ) -> LocalSandbox:
+        lim = self._limits(spec.limits)
+        sbid = "b" + uuid.uuid4().hex[:12]
+        cg = layout.create(sbid)
+        init: subprocess.Popen[bytes] | None = None
+        try:
+            cg.set_limits(
+                memory_bytes=lim.memory_mb << 20, pids=lim.max_processes, cpus=lim.cpus
+            )
+            rl = rlimit_shell(open_files=lim.max_open_files, file_size_mb=lim.max_file_size_mb)
+            argv = init_argv(
+                procs_files=cg.init_procs_files(), mount_dir=self.mount_dir, layers=spec.layers,
+                storage_mb=lim.storage_mb, rlimits=rl, bwrap=self.config.bwrap,
+                hostname=spec.hostname, network=spec.network and self.config.allow_network,
+            )
+            with tempfile.TemporaryFile() as errlog:
+                # Spawned from the loop thread: --die-with-parent follows this thread.
+                init = subprocess.Popen(  # noqa: ASYNC220
+                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog,
+                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, close_fds=True,
+                )
+                anchor = await _wait_anchor(init, errlog)
+            drop = self.config.drop_capabilities and any(
+                (layer / SETPRIV_IN_SANDBOX.lstrip("/")).exists() for layer in spec.layers
+            )
+            sb = LocalSandbox(
+                sandbox_id=sbid, spec=replace(spec, limits=lim), backend=self, init=init,
+                anchor_pid=anchor, cgroup=cg, mount_dir=self.mount_dir, rlimits=rl,
+                drop_caps=drop, budget_s=budget_s,
+            )
+        except BaseException:
+            cg.kill()
+            if init is not None:
+                with contextlib.suppress(OSError):
+                    init.kill()
+                init.wait()
+            cg.remove()
+            raise
+        self._sandboxes[sbid] = sb
+        return sb
+
+    async def fork(
+        self, snapshot: Snapshot, n: int, *, budget_s: float | None = None
+    ) -> list[Sandbox]:
+        if not isinstance(snapshot, LocalSnapshot):
+            raise SandboxError(f"not a local snapshot: {snapshot!r}")
+        layout = self._ensure_ready()
+        started: list[Sandbox] = []
+
+        async def one() -> None:
+            async with self._sem:
+                started.append(await self._start(layout, snapshot.spec, budget_s))
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(n):
+                    tg.create_task(one())
+        except BaseException:
+            for sb in started:
+                await sb.close()
+            raise
+        return started
+
+    async def snapshot_spec(self, spec: SandboxSpec) -> LocalSnapshot:
+        """The initial state of ``spec`` is its layers: validate them; no copy is needed."""
+        self._ensure_ready()
+        for layer in spec.layers:
+            if not layer.is_dir():
+                raise SandboxStartError(f"layer is not a directory: {layer}")
+        snap = LocalSnapshot("s" + uuid.uuid4().hex[:12], spec)
+        self._snapshots[snap.snapshot_id] = snap
+        return snap
+
+    def register_snapshot(self, snap: LocalSnapshot) -> None:
+        self._snapshots[snap.snapshot_id] = snap
+
+    def release_snapshot(self, snap: LocalSnapshot) -> None:
+        """Delete a snapshot's frozen layer (only when no sandbox or snapshot uses it)."""
+        self._snapshots.pop(snap.snapshot_id, None)
+        if snap.owned_dir is not None:
+            shutil.rmtree(snap.owned_dir, ignore_errors=True)
+
+    def forget(self, sb: LocalSandbox) -> None:
+        self._sandboxes.pop(sb.sandbox_id, None)
+
+    @property
+    def sandboxes(self) -> list[LocalSandbox]:
+        return list(self._sandboxes.values())
+
+    async def aclose(self) -> None:
+        for sb in list(self._sandboxes.values()):
+            await sb.close()
+        self._snapshots.clear()
+        shutil.rmtree(self._owner_dir, ignore_errors=True)
+        if self._layout is not None:
+            self._layout.remove_owner_dirs()
+        self._closed = True
+
+    async def __aenter__(self) -> LocalBackend:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+async def _wait_anchor(init: subprocess.Popen[bytes], errlog: IO[bytes]) -> int:
+    """Wait until bwrap has exec'd ``sleep`` in the sandbox; return its host pid."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _START_TIMEOUT_S
+    delay = 0.0005
+    while True:
+        if init.poll() is not None:
+            errlog.seek(0)
+            err = errlog.read().decode(errors="replace").strip()
+            raise SandboxStartError(f"sandbox init exited with {init.returncode}: {err[-2000:]}")
+        pid = _grandchild_sleep(init.pid)
+        if pid is not None:
+            return pid
+        if loop.time() > deadline:
+            raise SandboxStartError(f"sandbox not ready after {_START_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.01)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _grandchild_sleep(outer: int) -> int | None:
+    for inner in _children(outer):
+        for cand in _children(inner):
+            try:
+                if Path(f"/proc/{cand}/comm").read_text().strip() == "sleep":
+                    return cand
+            except OSError:
+                continue
+    return None
+
+
+def _conforms(b: LocalBackend) -> SandboxBackend:
+    return b  # mypy checks LocalBackend against the protocol here

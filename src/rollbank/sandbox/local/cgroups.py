@@ -1,0 +1,353 @@
+"""Cgroups for local sandboxes: limits, accounting, freeze and kill-everything.
+
+Owns the cgroup directories of every sandbox this process starts. Detection: a pure cgroup v2
+host (``/sys/fs/cgroup/cgroup.controllers``) uses v2 for everything; a hybrid host (this
+machine: memory, cpu, pids as v1 under ``/sys/fs/cgroup/<ctrl>``, an empty v2 hierarchy at
+``/sys/fs/cgroup/unified``) puts limits in v1 and uses the v2 hierarchy, which needs no
+controller, for ``cgroup.kill`` and ``cgroup.freeze``; without it, the v1 freezer and a kill
+loop over ``tasks`` are used.
+
+Layout: ``<hierarchy>/<own cgroup>/rollbank/o<owner pid>-<owner start time>/<sandbox id>``;
+the v2 group of a sandbox has one child per command (``x<n>``) so a timed-out command's whole
+tree is killed without touching the rest of the sandbox.
+
+Invariants
+- A sandbox's processes are placed in its groups by the process itself *before* it execs
+  anything (shell ``echo $$ > cgroup.procs``), so no child escapes accounting.
+- :meth:`SandboxCgroup.kill` returns only when no process of the sandbox remains.
+- :func:`reap_dead_owners` removes groups whose owner process no longer exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rollbank.errors import IsolationUnavailableError
+
+ROOT = Path("/sys/fs/cgroup")
+V1_CONTROLLERS = ("memory", "pids", "cpu")
+
+
+def _own_path(controller: str | None) -> str:
+    """This process's cgroup path in a v1 controller hierarchy, or in v2 when None."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        hid, ctrls, path = line.split(":", 2)
+        if controller is None and hid == "0":
+            return path
+        if controller is not None and controller in ctrls.split(","):
+            return path
+    return "/"
+
+
+def _starttime(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_tag(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"o{pid}-{_starttime(pid)}"
+
+
+def owner_alive(tag: str) -> bool:
+    try:
+        pid_s, start = tag[1:].split("-", 1)
+        return _starttime(int(pid_s)) == start
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class CgroupLayout:
+    """Where this process's sandbox groups live (detected once per backend)."""
+
+    v1: dict[str, Path]  # controller -> owner dir (empty on pure v2)
+    v2: Path | None  # owner dir in the v2 hierarchy (kill/freeze; limits too on pure v2)
+    pure_v2: bool
+
+    @classmethod
+    def detect(cls) -> CgroupLayout:
+        tag = owner_tag()
+        if (ROOT / "cgroup.controllers").exists():
+            base = ROOT / _own_path(None).lstrip("/") / "rollbank"
+            _mkdir(base)
+            enabled = (base.parent / "cgroup.subtree_control").read_text().split()
+            needed = [c for c in ("memory", "pids", "cpu") if c not in enabled]
+            try:
+                for ctrl in needed:
+                    (base.parent / "cgroup.subtree_control").write_text(f"+{ctrl}")
+                    (base / "cgroup.subtree_control").write_text(f"+{ctrl}")
+                for ctrl in ("memory", "pids", "cpu"):
+                    (base / "cgroup.subtree_control").write_text(f"+{ctrl}")
+            except OSError as exc:
+                raise IsolationUnavailableError(
+                    f"cgroup v2 controllers memory/pids/cpu cannot be delegated at {base}: {exc}"
+                ) from exc
+            own = base / tag
+            _mkdir(own)
+            for ctrl in ("memory", "pids", "cpu"):
+                (own / "cgroup.subtree_control").write_text(f"+{ctrl}")
+            return cls(v1={}, v2=own, pure_v2=True)
+        v1: dict[str, Path] = {}
+        for ctrl in (*V1_CONTROLLERS, "freezer"):
+            mount = ROOT / ctrl
+            if not (mount / "cgroup.procs").exists():
+                if ctrl == "freezer":
+                    continue
+                raise IsolationUnavailableError(
+                    f"cgroup v1 controller {ctrl!r} is not mounted at {mount} and this host "
+                    "has no cgroup v2 hierarchy: limits cannot be enforced"
+                )
+            own = mount / _own_path(ctrl).lstrip("/") / "rollbank" / tag
+            _mkdir(own)
+            v1[ctrl] = own
+        v2: Path | None = None
+        unified = ROOT / "unified"
+        if (unified / "cgroup.procs").exists():
+            v2 = unified / _own_path(None).lstrip("/") / "rollbank" / tag
+            _mkdir(v2)
+        return cls(v1=v1, v2=v2, pure_v2=False)
+
+    def create(self, sandbox_id: str) -> SandboxCgroup:
+        v1 = {c: p / sandbox_id for c, p in self.v1.items()}
+        for p in v1.values():
+            _mkdir(p)
+        v2 = self.v2 / sandbox_id if self.v2 is not None else None
+        if v2 is not None:
+            _mkdir(v2)
+            if self.pure_v2:
+                for ctrl in ("memory", "pids", "cpu"):
+                    with contextlib.suppress(OSError):
+                        (v2 / "cgroup.subtree_control").write_text(f"+{ctrl}")
+        return SandboxCgroup(v1=v1, v2=v2, pure_v2=self.pure_v2)
+
+    def remove_owner_dirs(self) -> None:
+        for p in [*self.v1.values(), *([self.v2] if self.v2 else [])]:
+            _rmtree_cgroup(p)
+
+
+@dataclass
+class SandboxCgroup:
+    """The groups of one sandbox."""
+
+    v1: dict[str, Path]
+    v2: Path | None
+    pure_v2: bool
+    _n: int = field(default=0)
+    _oom_base: int = field(default=0)
+
+    # ---------------------------------------------------------------- placement
+    def init_procs_files(self) -> list[Path]:
+        """Files the sandbox's init writes its own pid to before exec'ing bubblewrap."""
+        files = [p / "cgroup.procs" for p in self.v1.values()]
+        if self.v2 is not None:
+            if self.pure_v2:
+                _mkdir(self.v2 / "init")
+                files.append(self.v2 / "init" / "cgroup.procs")
+            else:
+                files.append(self.v2 / "cgroup.procs")
+        return files
+
+    def new_exec_group(self) -> tuple[str, list[Path]]:
+        """A fresh per-command group: (name, procs files the command's wrapper joins)."""
+        self._n += 1
+        name = f"x{self._n}"
+        files = [p / "cgroup.procs" for p in self.v1.values()]
+        if self.v2 is not None:
+            _mkdir(self.v2 / name)
+            files.append(self.v2 / name / "cgroup.procs")
+        return name, files
+
+    def kill_exec_group(self, name: str) -> None:
+        if self.v2 is None:
+            return  # caller falls back to killing the process group
+        g = self.v2 / name
+        _kill_v2(g)
+        with contextlib.suppress(OSError):
+            g.rmdir()
+
+    def drop_exec_group(self, name: str) -> None:
+        if self.v2 is not None:
+            with contextlib.suppress(OSError):
+                (self.v2 / name).rmdir()  # fails (EBUSY) while background processes live on
+
+    # ---------------------------------------------------------------- limits and accounting
+    def set_limits(self, *, memory_bytes: int, pids: int, cpus: float) -> None:
+        period = 100_000
+        quota = max(1000, int(cpus * period))
+        if self.pure_v2:
+            assert self.v2 is not None
+            (self.v2 / "memory.max").write_text(str(memory_bytes))
+            with contextlib.suppress(OSError):
+                (self.v2 / "memory.swap.max").write_text("0")
+            (self.v2 / "pids.max").write_text(str(pids))
+            (self.v2 / "cpu.max").write_text(f"{quota} {period}")
+            return
+        mem = self.v1["memory"]
+        (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+        with contextlib.suppress(OSError):
+            (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+        (self.v1["pids"] / "pids.max").write_text(str(pids))
+        cpu = self.v1["cpu"]
+        (cpu / "cpu.cfs_period_us").write_text(str(period))
+        (cpu / "cpu.cfs_quota_us").write_text(str(quota))
+        self._oom_base = self.oom_kills()
+
+    def oom_kills(self) -> int:
+        if self.pure_v2:
+            return _kv(self.v2 / "memory.events" if self.v2 else None).get("oom_kill", 0)
+        return _kv(self.v1["memory"] / "memory.oom_control").get("oom_kill", 0)
+
+    def pids_limit_hits(self) -> int:
+        d = self.v2 if self.pure_v2 else self.v1.get("pids")
+        return _kv(d / "pids.events" if d else None).get("max", 0)
+
+    def memory_limit_hits(self) -> int:
+        if self.pure_v2:
+            ev = _kv(self.v2 / "memory.events" if self.v2 else None)
+            return ev.get("max", 0) + ev.get("oom", 0)
+        return _read_int(self.v1["memory"] / "memory.failcnt")
+
+    def peak_memory(self) -> int | None:
+        if self.pure_v2:
+            return _read_int(self.v2 / "memory.peak") if self.v2 else None
+        return _read_int(self.v1["memory"] / "memory.max_usage_in_bytes")
+
+    def memory_current(self) -> int:
+        if self.pure_v2:
+            return _read_int(self.v2 / "memory.current") if self.v2 else 0
+        return _read_int(self.v1["memory"] / "memory.usage_in_bytes")
+
+    def pids(self) -> list[int]:
+        d = self.v2 if self.pure_v2 or "pids" not in self.v1 else self.v1["pids"]
+        if d is None:
+            return []
+        out: list[int] = []
+        for f in d.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                out += [int(x) for x in f.read_text().split()]
+        return out
+
+    # ---------------------------------------------------------------- freeze / kill / remove
+    def freeze(self, frozen: bool) -> None:
+        if self.v2 is not None:
+            (self.v2 / "cgroup.freeze").write_text("1" if frozen else "0")
+            want = "frozen 1" if frozen else "frozen 0"
+            for _ in range(2000):
+                if want in (self.v2 / "cgroup.events").read_text():
+                    return
+                time.sleep(0.0005)
+            return
+        if "freezer" in self.v1:
+            (self.v1["freezer"] / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+
+    def kill(self) -> None:
+        """SIGKILL every process of the sandbox; return when none is left."""
+        if self.v2 is not None:
+            _kill_v2(self.v2)
+        for _ in range(200):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+            time.sleep(0.005)
+
+    def remove(self) -> None:
+        for p in [*self.v1.values(), *([self.v2] if self.v2 else [])]:
+            _rmtree_cgroup(p)
+
+
+def _kill_v2(group: Path) -> None:
+    kill = group / "cgroup.kill"
+    if not kill.exists():
+        return
+    with contextlib.suppress(OSError):
+        kill.write_text("1")
+    for _ in range(2000):
+        try:
+            if "populated 0" in (group / "cgroup.events").read_text():
+                return
+        except OSError:
+            return
+        time.sleep(0.0005)
+
+
+def _kv(path: Path | None) -> dict[str, int]:
+    if path is None:
+        return {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise IsolationUnavailableError(f"cannot create cgroup {path}: {exc}") from exc
+
+
+def _rmtree_cgroup(path: Path) -> None:
+    """Remove a cgroup directory tree bottom-up (cgroup dirs are removed with rmdir)."""
+    if not path.exists():
+        return
+    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            sub.rmdir()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+def reap_dead_owners() -> int:
+    """Kill and remove sandbox groups of orchestrators that died; return groups reaped."""
+    reaped = 0
+    hierarchies: list[tuple[Path, bool]] = []
+    if (ROOT / "cgroup.controllers").exists():
+        hierarchies.append((ROOT / _own_path(None).lstrip("/") / "rollbank", True))
+    else:
+        if (ROOT / "unified" / "cgroup.procs").exists():
+            hierarchies.append((ROOT / "unified" / _own_path(None).lstrip("/") / "rollbank", True))
+        for ctrl in (*V1_CONTROLLERS, "freezer"):
+            hierarchies.append((ROOT / ctrl / _own_path(ctrl).lstrip("/") / "rollbank", False))
+    for base, is_v2 in hierarchies:
+        if not base.is_dir():
+            continue
+        for owner in base.iterdir():
+            if not owner.is_dir() or not owner.name.startswith("o") or owner_alive(owner.name):
+                continue
+            for sb in [p for p in owner.iterdir() if p.is_dir()]:
+                if is_v2:
+                    _kill_v2(sb)
+                else:
+                    with contextlib.suppress(OSError):
+                        (sb / "freezer.state").write_text("THAWED")
+                    for f in sb.rglob("cgroup.procs"):
+                        with contextlib.suppress(OSError, ValueError):
+                            for pid in f.read_text().split():
+                                os.kill(int(pid), 9)
+                reaped += 1
+            _rmtree_cgroup(owner)
+    return reaped

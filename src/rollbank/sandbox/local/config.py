@@ -1,0 +1,63 @@
+"""Operator configuration of the local (bubblewrap + overlayfs + cgroups) sandbox backend.
+
+Owns :class:`LocalSandboxConfig`. Invariants: every field is documented and bounded; the
+operator, never a task, decides whether a sandbox may reach the network
+(``allow_network``) and whether commands may run without isolation (never: there is no such
+switch here; the backend fails with :class:`~rollbank.errors.IsolationUnavailableError`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from rollbank.config import Section, cache_dir
+
+
+def default_run_dir() -> Path:
+    return cache_dir() / "sandboxes"
+
+
+class LocalSandboxConfig(Section):
+    """How the local backend isolates, limits and stores sandboxes."""
+
+    run_dir: Path = Field(
+        default_factory=default_run_dir,
+        description="Directory for snapshots (frozen writable layers) and the mount point "
+        "used inside each sandbox's private mount namespace. Subdirectories of dead "
+        "orchestrators are reaped on start.",
+    )
+    allow_network: bool = Field(
+        default=False,
+        description="Operator switch: honour a spec's network=True (a task's "
+        "allow_internet). When False every sandbox gets loopback only.",
+    )
+    max_concurrent_starts: int = Field(
+        default=16, ge=1, le=1024,
+        description="Bound on sandbox starts in flight at once (fork/start concurrency).",
+    )
+    max_storage_mb: int = Field(
+        default=4096, ge=16,
+        description="Cap on a spec's storage_mb. The writable layer is a tmpfs of "
+        "min(storage_mb, max_storage_mb) MiB inside the sandbox's mount namespace; its pages "
+        "are charged to the sandbox's memory cgroup.",
+    )
+    max_memory_mb: int = Field(
+        default=16384, ge=64, description="Cap on a spec's memory_mb (cgroup memory limit)."
+    )
+    max_cpus: float = Field(default=2.0, gt=0, description="Cap on a spec's cpus (CPU quota).")
+    max_processes: int = Field(
+        default=4096, ge=8, description="Cap on a spec's max_processes (cgroup pids.max)."
+    )
+    drop_capabilities: bool = Field(
+        default=True,
+        description="Run commands with Docker's default capability set inside the sandbox's "
+        "user namespace (via setpriv) instead of the full set of the namespace's root.",
+    )
+    bwrap: str = Field(default="/usr/bin/bwrap", description="Path of the bubblewrap binary.")
+    reap_on_start: bool = Field(
+        default=True,
+        description="On backend start, kill cgroups and delete snapshots left behind by "
+        "orchestrators that died (SIGKILL) without cleaning up.",
+    )

@@ -1,0 +1,315 @@
+"""One running local sandbox: exec, files, shell, snapshot, usage, close.
+
+Owns :class:`LocalSandbox`. Started by :class:`~rollbank.sandbox.local.backend.LocalBackend`
+(see :mod:`rollbank.sandbox.local.runtime` for how it is assembled).
+
+Invariants
+- ``exec`` never raises for what the command did; a dead runtime raises
+  :class:`~rollbank.errors.SandboxDiedError`.
+- Every command runs in its own cgroup below the sandbox's; a step timeout kills that whole
+  group (the command and everything it spawned, daemons included).
+- The per-episode budget charges the wall time of ``exec`` and shell commands only (not file
+  transfers); a command is cut when the budget runs out and flagged ``budget_exhausted``.
+- ``close`` kills every process of the sandbox (cgroup kill), reaps the anchor, removes the
+  cgroups; the mounts die with the sandbox's mount namespace. Idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rollbank.errors import SandboxDiedError, SandboxError
+from rollbank.sandbox.local.cgroups import SandboxCgroup
+from rollbank.sandbox.local.proc import ProcessResult, run_process
+from rollbank.sandbox.local.runtime import DEFAULT_PATH, exec_argv
+from rollbank.sandbox.local.shell import LocalShellSession
+from rollbank.sandbox.local.snapshot import LocalSnapshot, copy_tree
+from rollbank.sandbox.protocol import (
+    DEFAULT_OUTPUT_LIMIT,
+    ExecResult,
+    SandboxSpec,
+    SandboxUsage,
+    ShellSession,
+)
+
+if TYPE_CHECKING:
+    from rollbank.sandbox.local.backend import LocalBackend
+
+_FILE_LIMIT = 1 << 31
+
+
+class LocalSandbox:
+    """A sandbox anchored by a ``sleep infinity`` inside bubblewrap; see module docstring."""
+
+    def __init__(
+        self,
+        *,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        backend: LocalBackend,
+        init: subprocess.Popen[bytes],
+        anchor_pid: int,
+        cgroup: SandboxCgroup,
+        mount_dir: Path,
+        rlimits: str,
+        drop_caps: bool,
+        budget_s: float | None,
+    ) -> None:
+        self._id = sandbox_id
+        self.spec = spec
+        self._backend = backend
+        self._init = init
+        self.anchor_pid = anchor_pid
+        self.cgroup = cgroup
+        self._mount_dir = mount_dir
+        self._rlimits = rlimits
+        self._drop_caps = drop_caps
+        self._budget = budget_s
+        self._exec_s = 0.0
+        self._closed = False
+        self._shells: list[LocalShellSession] = []
+        self._oom_base = cgroup.oom_kills()
+
+    # ---------------------------------------------------------------- identity / state
+    @property
+    def sandbox_id(self) -> str:
+        return self._id
+
+    @property
+    def init_pid(self) -> int:
+        return self._init.pid
+
+    @property
+    def alive(self) -> bool:
+        if self._closed or self._init.poll() is not None:
+            return False
+        try:
+            os.kill(self.anchor_pid, 0)
+        except OSError:
+            return False
+        return True
+
+    def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb"}
+        env.update(self.spec.env)
+        if extra:
+            env.update(extra)
+        return env
+
+    def _charge(self, used: float, timeout_s: float | None) -> tuple[float | None, bool]:
+        """Add ``used`` seconds; return (deadline for the next command, budget is binding)."""
+        self._exec_s += used
+        if self._budget is None:
+            return timeout_s, False
+        left = self._budget - self._exec_s
+        if timeout_s is None or left < timeout_s:
+            return max(0.0, left), True
+        return timeout_s, False
+
+    # ---------------------------------------------------------------- exec
+    async def _run(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        stdin: bytes | None,
+        limit: int,
+        deadline_s: float | None,
+    ) -> ProcessResult:
+        if self._closed:
+            raise SandboxError(f"sandbox {self._id} is closed")
+        if not self.alive:
+            raise SandboxDiedError(f"sandbox {self._id} is not running")
+        group, files = self.cgroup.new_exec_group()
+        argv = exec_argv(
+            anchor_pid=self.anchor_pid, procs_files=files, rlimits=self._rlimits,
+            command=command, cwd=cwd or self.spec.workdir, drop_caps=self._drop_caps,
+        )
+
+        def kill(proc: subprocess.Popen[bytes]) -> None:
+            self.cgroup.kill_exec_group(group)
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        try:
+            res = await run_process(
+                argv, env=self._env(env), stdin=stdin, limit=limit, deadline_s=deadline_s,
+                kill=kill,
+            )
+        finally:
+            self.cgroup.drop_exec_group(group)
+        if res.returncode != 0 and not self.alive:
+            raise SandboxDiedError(
+                f"sandbox {self._id} died during a command: "
+                + res.stderr.raw().decode(errors="replace")[-500:]
+            )
+        return res
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ExecResult:
+        deadline, budget_bound = self._charge(0.0, timeout_s)
+        if deadline is not None and deadline <= 0:
+            return ExecResult(None, None, "", "", 0.0, budget_exhausted=True)
+        oom_before = self.cgroup.oom_kills()
+        res = await self._run(
+            command, cwd=cwd, env=env, stdin=stdin, limit=output_limit, deadline_s=deadline
+        )
+        self._charge(res.duration_s, None)
+        rc = res.returncode
+        sig = -rc if rc < 0 else None
+        out, out_t = res.stdout.text()
+        err, err_t = res.stderr.text()
+        return ExecResult(
+            exit_code=None if (sig is not None or res.deadline_hit) else rc,
+            signal=sig,
+            stdout=out,
+            stderr=err,
+            duration_s=res.duration_s,
+            timed_out=res.deadline_hit and not budget_bound,
+            budget_exhausted=res.deadline_hit and budget_bound,
+            stdout_truncated=out_t,
+            stderr_truncated=err_t,
+            oom_killed=self.cgroup.oom_kills() > oom_before,
+        )
+
+    # ---------------------------------------------------------------- files
+    async def _check(self, argv: Sequence[str], what: str, stdin: bytes | None = None,
+                     limit: int = 1 << 20) -> bytes:
+        res = await self._run(argv, cwd="/", env=None, stdin=stdin, limit=limit, deadline_s=300)
+        if res.returncode != 0:
+            msg = res.stderr.raw().decode(errors="replace").strip()
+            if "No such file" in msg:
+                raise FileNotFoundError(f"{what}: {msg}")
+            raise SandboxError(f"{what} failed in sandbox {self._id}: {msg}")
+        return res.stdout.raw()
+
+    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
+        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1"'
+        await self._check(["/bin/sh", "-c", script, "sh", path, f"{mode:o}"],
+                          f"write {path}", stdin=data)
+
+    async def read_file(self, path: str, *, limit: int | None = None) -> bytes:
+        argv = ["/bin/cat", "--", path] if limit is None else ["/usr/bin/head", "-c", str(limit), "--", path]
+        return await self._check(argv, f"read {path}", limit=_FILE_LIMIT)
+
+    async def upload(self, local: Path, remote: str) -> None:
+        is_dir, payload, mode = await asyncio.to_thread(_pack, local)
+        if is_dir:
+            await self._check(
+                ["/bin/sh", "-c", 'mkdir -p -- "$1" && tar -x --no-same-owner -C "$1"', "sh", remote],
+                f"upload {local} -> {remote}", stdin=payload,
+            )
+        else:
+            await self.write_file(remote, payload, mode=mode)
+
+    async def download(self, remote: str, local: Path) -> None:
+        parent, name = os.path.split(remote.rstrip("/") or "/")
+        data = await self._check(["/bin/tar", "-c", "-C", parent or "/", "--", name],
+                                 f"download {remote}", limit=_FILE_LIMIT)
+        await asyncio.to_thread(_unpack, data, name, local)
+
+    # ---------------------------------------------------------------- shell
+    async def shell(self) -> ShellSession:
+        async def spawn() -> tuple[subprocess.Popen[bytes], Callable[[], None]]:
+            if not self.alive:
+                raise SandboxDiedError(f"sandbox {self._id} is not running")
+            group, files = self.cgroup.new_exec_group()
+            shell = "if [ -x /bin/bash ]; then exec /bin/bash --noprofile --norc; else exec /bin/sh; fi"
+            argv = exec_argv(anchor_pid=self.anchor_pid, procs_files=files, rlimits=self._rlimits,
+                             command=shell, cwd=self.spec.workdir, drop_caps=self._drop_caps)
+            # Popen (fork+exec, ~1 ms) rather than asyncio subprocesses: no watcher threads.
+            proc = subprocess.Popen(argv,  # noqa: ASYNC220 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=self._env(None),
+                                    close_fds=True, start_new_session=True)
+
+            def kill() -> None:
+                self.cgroup.kill_exec_group(group)
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+            return proc, kill
+
+        session = LocalShellSession(spawn, self._charge)
+        self._shells.append(session)
+        return session
+
+    # ---------------------------------------------------------------- snapshot / usage / close
+    async def snapshot(self) -> LocalSnapshot:
+        if not self.alive:
+            raise SandboxDiedError(f"sandbox {self._id} is not running")
+        sid = "s" + uuid.uuid4().hex[:12]
+        dst = self._backend.snapshot_dir / sid
+        upper = Path(f"/proc/{self._init.pid}/root{self._mount_dir}/upper")
+        self.cgroup.freeze(True)
+        try:
+            await copy_tree(upper, dst)
+        finally:
+            self.cgroup.freeze(False)
+        snap = LocalSnapshot(sid, self.spec).child(sid, dst)
+        self._backend.register_snapshot(snap)
+        return snap
+
+    def usage(self) -> SandboxUsage:
+        return SandboxUsage(
+            exec_seconds=self._exec_s,
+            peak_memory_bytes=self.cgroup.peak_memory(),
+            pids_limit_hit=self.cgroup.pids_limit_hits() > 0,
+            memory_limit_hit=self.cgroup.oom_kills() > self._oom_base,
+        )
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._shells:
+            with contextlib.suppress(Exception):
+                await s.close()
+        self.cgroup.kill()
+        with contextlib.suppress(OSError):
+            self._init.kill()
+        with contextlib.suppress(Exception):
+            self._init.wait(timeout=5)
+        self.cgroup.remove()
+        self._backend.forget(self)
+
+
+def _pack(local: Path) -> tuple[bool, bytes, int]:
+    """(is a directory, tar of the directory or the file's bytes, file mode)."""
+    if local.is_dir():
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(str(local), arcname=".")
+        return True, buf.getvalue(), 0o755
+    return False, local.read_bytes(), local.stat().st_mode & 0o7777
+
+
+def _unpack(data: bytes, name: str, local: Path) -> None:
+    """Extract a tar holding ``name`` (refusing unsafe members) to ``local``."""
+    parent = local.parent if local.parent.exists() else None
+    with tempfile.TemporaryDirectory(dir=parent) as tmp:
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(tmp, filter="data")
+        if local.is_dir():
+            shutil.rmtree(local)
+        shutil.move(Path(tmp) / name, local)

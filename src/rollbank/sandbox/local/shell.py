@@ -1,0 +1,171 @@
+"""A persistent shell inside a local sandbox.
+
+Owns :class:`LocalShellSession`: one ``bash`` (``sh`` if absent) started through the sandbox's
+exec path, fed commands on stdin. Framing: each command is sent base64-encoded to a helper
+function that ``eval``\\ s it with stdin from ``/dev/null`` (so a command can never eat the
+framing), then prints a per-command random sentinel and the exit status on stdout and the
+sentinel on stderr. cwd, exported variables and shell variables survive between commands.
+
+Invariants
+- Output per command is bounded (head and tail kept, truncation marker).
+- A command that exceeds its timeout, or that exits the shell, ends the session's processes
+  (the session's cgroup is killed); the next :meth:`run` starts a fresh shell and the result
+  of the failed command says so in ``stderr``. State does not survive that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from rollbank.sandbox.local.proc import BoundedBuffer
+from rollbank.sandbox.protocol import DEFAULT_OUTPUT_LIMIT, ExecResult
+
+PRELUDE = (
+    "__rb_run() { __rb_c=$(printf %s \"$1\" | base64 -d); eval \"$__rb_c\" </dev/null; "
+    "__rb_rc=$?; printf '\\n%s %d\\n' \"$2\" \"$__rb_rc\"; printf '\\n%s\\n' \"$2\" >&2; }\n"
+)
+
+Spawner = Callable[[], Coroutine[Any, Any, tuple[subprocess.Popen[bytes], Callable[[], None]]]]
+Charger = Callable[[float, float | None], tuple[float | None, bool]]
+
+
+class LocalShellSession:
+    """See module docstring. Created by ``LocalSandbox.shell()``."""
+
+    def __init__(self, spawn: Spawner, charge: Charger, output_limit: int = DEFAULT_OUTPUT_LIMIT):
+        self._spawn = spawn
+        self._charge = charge  # (seconds used, requested timeout) -> (deadline, budget bound)
+        self._limit = output_limit
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._kill: Callable[[], None] = lambda: None
+        self._out = b""
+        self._err = b""
+        self._lock = asyncio.Lock()
+
+    async def _ensure(self) -> subprocess.Popen[bytes]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc, self._kill = await self._spawn()
+            self._out = self._err = b""
+            assert self._proc.stdin is not None
+            await self._write(PRELUDE.encode())
+        return self._proc
+
+    async def _write(self, data: bytes) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        loop = asyncio.get_running_loop()
+        fd = self._proc.stdin.fileno()
+        await loop.run_in_executor(None, os.write, fd, data)
+
+    async def run(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
+        async with self._lock:
+            deadline, budget_bound = self._charge(0.0, timeout_s)
+            if deadline is not None and deadline <= 0:
+                return ExecResult(None, None, "", "", 0.0, budget_exhausted=True)
+            proc = await self._ensure()
+            token = "__RB_" + secrets.token_hex(8)
+            payload = base64.b64encode(command.encode()).decode()
+            t0 = time.monotonic()
+            out, err = BoundedBuffer(self._limit), BoundedBuffer(self._limit)
+            try:
+                await self._write(f"__rb_run {payload} {token}\n".encode())
+                rc = await asyncio.wait_for(self._collect(proc, token, out, err), deadline)
+                timed_out = False
+            except (TimeoutError, BrokenPipeError, OSError) as exc:
+                timed_out = isinstance(exc, TimeoutError)
+                rc = None
+            duration = time.monotonic() - t0
+            self._charge(duration, None)
+            if rc is None:
+                self._kill()
+                with contextlib.suppress(Exception):
+                    proc.wait(timeout=5)
+                note = "" if timed_out else "\n[rollbank: the shell exited; a new one starts]\n"
+                so, st = out.text()
+                se, et = err.text()
+                return ExecResult(
+                    None, 9 if timed_out else None, so, se + note, duration,
+                    timed_out=timed_out and not budget_bound,
+                    budget_exhausted=timed_out and budget_bound,
+                    stdout_truncated=st, stderr_truncated=et,
+                )
+            so, st = out.text()
+            se, et = err.text()
+            return ExecResult(rc, None, so, se, duration, stdout_truncated=st, stderr_truncated=et)
+
+    async def _collect(
+        self, proc: subprocess.Popen[bytes], token: str, out: BoundedBuffer, err: BoundedBuffer
+    ) -> int | None:
+        """Read both streams until each shows the sentinel; return the exit status."""
+        assert proc.stdout is not None and proc.stderr is not None
+        tail_out = ("\n" + token + " ").encode()
+        tail_err = ("\n" + token + "\n").encode()
+        rc: int | None = None
+        done_err = False
+        loop = asyncio.get_running_loop()
+        while rc is None or not done_err:
+            readable = await _wait_readable(loop, [proc.stdout.fileno(), proc.stderr.fileno()])
+            for fd in readable:
+                data = os.read(fd, 65536)
+                if not data:
+                    raise BrokenPipeError("shell exited")
+                if fd == proc.stdout.fileno():
+                    self._out += data
+                    i = self._out.find(tail_out)
+                    if i >= 0 and b"\n" in self._out[i + len(tail_out):]:
+                        end = self._out.index(b"\n", i + len(tail_out))
+                        rc = int(self._out[i + len(tail_out):end])
+                        out.feed(self._out[:i])
+                        self._out = self._out[end + 1:]
+                    elif len(self._out) > 4096:
+                        keep = len(tail_out) + 16
+                        out.feed(self._out[:-keep])
+                        self._out = self._out[-keep:]
+                else:
+                    self._err += data
+                    i = self._err.find(tail_err)
+                    if i >= 0:
+                        err.feed(self._err[:i])
+                        self._err = self._err[i + len(tail_err):]
+                        done_err = True
+                    elif len(self._err) > 4096:
+                        keep = len(tail_err)
+                        err.feed(self._err[:-keep])
+                        self._err = self._err[-keep:]
+        return rc
+
+    async def close(self) -> None:
+        if self._proc is not None:
+            self._kill()
+            for pipe in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            with contextlib.suppress(Exception):
+                self._proc.wait(timeout=5)
+            self._proc = None
+
+
+async def _wait_readable(loop: asyncio.AbstractEventLoop, fds: list[int]) -> list[int]:
+    fut: asyncio.Future[list[int]] = loop.create_future()
+    ready: list[int] = []
+
+    def _cb(fd: int) -> None:
+        ready.append(fd)
+        if not fut.done():
+            fut.set_result(ready)
+
+    for fd in fds:
+        loop.add_reader(fd, _cb, fd)
+    try:
+        return await fut
+    finally:
+        for fd in fds:
+            loop.remove_reader(fd)

@@ -1,0 +1,386 @@
+"""Task environments as cached filesystem layers, built from Dockerfiles without Docker.
+
+Owns: interpreting the instructions of :mod:`rollbank.tasks.dockerfile` over a base from
+:func:`rollbank.tasks.bases.ensure_base`, running each filesystem step in the build sandbox
+(:mod:`rollbank.tasks.buildsandbox`) and caching each resulting layer by content hash under
+``<cache>/layers/<key>``.
+
+Semantics (what each instruction does here)
+- FROM: one stage only (``AS name`` is allowed, a second FROM is an error); mapped to a Debian
+  base, approximations reported. ``--platform`` is ignored with a note.
+- RUN (shell form via SHELL, default ``/bin/sh -c``; exec form; here-documents), WORKDIR
+  (``mkdir -p``), COPY and ADD (local files, globs, directories, ``--chown``/``--chmod``; a
+  local tar archive given to ADD is extracted): each one layer.
+- ENV, ARG (defaults; no build-args), USER (later RUN steps run through ``runuser``), SHELL:
+  change state only. LABEL, EXPOSE, CMD, ENTRYPOINT, STOPSIGNAL, HEALTHCHECK, VOLUME,
+  MAINTAINER, ONBUILD: recorded in ``BuiltEnvironment.notes``, no effect.
+- Errors (BuildError naming Dockerfile and line): multi-stage, ``COPY --from``, ADD of a URL,
+  unknown flags, sources missing or escaping the context, failing or timed-out RUN steps.
+
+Invariants
+- A layer key chains the parent key, the instruction (after substitution), the step's
+  environment, user and workdir, and the hash of every copied file: same inputs, same layer.
+- A layer directory is only ever visible complete: built in ``.tmp-*`` and renamed into place;
+  builders of the same key serialise on a per-key lock file; a failure removes its temp dir.
+- ``build_timeout_sec`` bounds the sum of the step run times of one build.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shutil
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import Field
+
+from rollbank.config import Section, cache_dir
+from rollbank.errors import BuildError
+from rollbank.tasks import bases, buildsandbox
+from rollbank.tasks import dockerfile as df
+from rollbank.tasks.model import Task
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+COPY_FLAGS = {"chown", "chmod", "link"}
+ADD_FLAGS = {"chown", "chmod", "link"}
+CTX, STAGE = "/run/rollbank-ctx", "/run/rollbank-stage"
+
+
+class BuilderConfig(Section):
+    """How environments are built."""
+
+    network: bool = Field(True, description="Let RUN steps reach the network (package registries).")
+    cache_root: str | None = Field(None, description="Where layers are cached (default <ROLLBANK_CACHE>/layers).")
+
+
+@dataclass(frozen=True)
+class BuiltEnvironment:
+    """A built task environment: what a SandboxSpec needs, plus provenance."""
+
+    task_id: str
+    layers: tuple[Path, ...]  # lowest first, the base root filesystem included
+    workdir: str
+    env: dict[str, str]
+    layer_hashes: tuple[str, ...]  # base digest, then one key per step (empty layers included)
+    approximations: tuple[str, ...]
+    base_image: str
+    build_s: float
+    cached: bool  # True when no step had to run (every layer came from the cache)
+    user: str | None = None
+    notes: tuple[str, ...] = ()
+    steps_built: int = 0
+
+
+@dataclass
+class _State:
+    file: Path
+    key: str
+    layers: list[Path]
+    hashes: list[str]
+    env: dict[str, str] = field(default_factory=lambda: {"PATH": DEFAULT_PATH})
+    args: dict[str, str] = field(default_factory=dict)
+    workdir: str = "/"
+    user: str | None = None
+    shell: list[str] = field(default_factory=lambda: ["/bin/sh", "-c"])
+    notes: list[str] = field(default_factory=list)
+    built: int = 0
+    run_s: float = 0.0
+
+
+class EnvironmentBuilder:
+    """Builds (or finds cached) layers for a task's environment. Thread-safe per key."""
+
+    def __init__(self, config: BuilderConfig | None = None) -> None:
+        self.config = config or BuilderConfig()
+        root = Path(self.config.cache_root) if self.config.cache_root else cache_dir() / "layers"
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def build(self, task: Task) -> BuiltEnvironment:
+        start = time.monotonic()
+        if task.dockerfile is not None:
+            file = task.dockerfile
+            instructions = df.parse_file(file)
+        else:
+            file = task.path / "task.toml"
+            instructions = [df.Instruction("FROM", task.docker_image or "", 1, (), task.docker_image or "")]
+        if not instructions or instructions[0].keyword not in ("FROM", "ARG"):
+            raise BuildError("the first instruction must be FROM", file=file, line=1)
+        st: _State | None = None
+        pre_args: dict[str, str] = {}
+        approximations: list[str] = []
+        base_image = ""
+        if task.dockerfile is not None and task.docker_image:
+            approximations.append(f"docker_image {task.docker_image!r} ignored: built from the Dockerfile")
+        deadline = task.build_timeout_s
+        for ins in instructions:
+            if st is None:
+                if ins.keyword == "ARG":
+                    for k, v in df.parse_key_values(ins.rest, keyword="ARG", file=file, line=ins.line):
+                        pre_args[k] = df.substitute(v, pre_args)
+                    continue
+                if ins.keyword != "FROM":
+                    raise BuildError(f"{ins.keyword} before FROM", file=file, line=ins.line)
+                base_image, base = self._from(ins, pre_args, file)
+                approximations += base.approximations
+                st = _State(file, base.digest, [base.path], [base.digest])
+                if (task.context_dir / ".dockerignore").exists():
+                    st.notes.append(".dockerignore is not applied (every context file is visible)")
+                continue
+            self._step(task, st, ins, deadline)
+        assert st is not None
+        if task.workdir is not None and task.workdir != st.workdir:
+            self._step(task, st, df.Instruction("WORKDIR", task.workdir, 0, (), task.workdir), deadline)
+        env = {**st.env, **task.env}
+        return BuiltEnvironment(
+            task_id=task.task_id, layers=tuple(st.layers), workdir=st.workdir, env=env,
+            layer_hashes=tuple(st.hashes), approximations=tuple(approximations),
+            base_image=base_image, build_s=time.monotonic() - start, cached=st.built == 0,
+            user=st.user, notes=tuple(st.notes), steps_built=st.built,
+        )
+
+    # ------------------------------------------------------------------ instructions
+    def _from(self, ins: df.Instruction, args: dict[str, str], file: Path) -> tuple[str, bases.BaseImage]:
+        for name, _ in ins.flags:
+            if name != "platform":
+                raise BuildError(f"FROM --{name} is not supported", file=file, line=ins.line)
+        words = df.substitute(ins.rest, args).split()
+        if not words or (len(words) != 1 and not (len(words) == 3 and words[1].lower() == "as")):
+            raise BuildError(f"cannot parse FROM {ins.rest!r}", file=file, line=ins.line)
+        return words[0], bases.ensure_base(words[0], file=file, line=ins.line)
+
+    def _step(self, task: Task, st: _State, ins: df.Instruction, budget: float) -> None:
+        kw, file, line = ins.keyword, st.file, ins.line
+        scope = {**st.args, **st.env}
+        if kw == "FROM":
+            raise BuildError("multi-stage builds (a second FROM) are not supported", file=file, line=line)
+        if kw == "ENV":
+            for k, v in df.parse_key_values(ins.args, keyword="ENV", file=file, line=line):
+                st.env[k] = df.substitute(v, {**st.args, **st.env})
+        elif kw == "ARG":
+            for k, v in df.parse_key_values(ins.args, keyword="ARG", file=file, line=line):
+                st.args[k] = df.substitute(v, scope)
+        elif kw == "USER":
+            st.user = df.substitute(ins.args, scope).strip() or None
+            if st.user in ("root", "0", "0:0", "root:root"):
+                st.user = None
+        elif kw == "SHELL":
+            shell = ins.exec_form()
+            if not shell:
+                raise BuildError("SHELL needs the JSON exec form", file=file, line=line)
+            st.shell = shell
+        elif kw in df.RECORDED:
+            st.notes.append(f"line {line}: {kw} {ins.args[:80]} recorded, not applied")
+        elif kw == "WORKDIR":
+            path = df.substitute(ins.args, scope).strip()
+            st.workdir = posixpath.normpath(posixpath.join(st.workdir, path))
+            self._layer(task, st, ins, ["mkdir", "-p", st.workdir], {"workdir": st.workdir}, budget,
+                        workdir="/")
+        elif kw == "RUN":
+            self._run(task, st, ins, budget)
+        elif kw in ("COPY", "ADD"):
+            self._copy(task, st, ins, budget)
+
+    def _run(self, task: Task, st: _State, ins: df.Instruction, budget: float) -> None:
+        for name, _ in ins.flags:
+            raise BuildError(f"RUN --{name} is not supported", file=st.file, line=ins.line)
+        argv = ins.exec_form()
+        if argv is None:
+            text = ins.rest
+            if ins.heredocs and re.fullmatch(r"<<-?([\"']?)%s\1" % ins.heredocs[0].name, text.strip()):
+                text = ins.heredocs[0].body  # `RUN <<EOF`: the body is the script
+            elif ins.heredocs:
+                text = text + "\n" + "".join(f"{h.body}{h.name}\n" for h in ins.heredocs)
+            argv = [*st.shell, text]
+        if st.user:
+            argv = ["runuser", "-u", st.user, "--", *argv]
+        self._layer(task, st, ins, argv, {"argv": argv}, budget)
+
+    def _copy(self, task: Task, st: _State, ins: df.Instruction, budget: float) -> None:
+        kw, file, line = ins.keyword, st.file, ins.line
+        scope = {**st.args, **st.env}
+        flags = dict(ins.flags)
+        for name in flags:
+            if name == "from":
+                raise BuildError(f"{kw} --from (multi-stage) is not supported", file=file, line=line)
+            if name not in (COPY_FLAGS if kw == "COPY" else ADD_FLAGS):
+                raise BuildError(f"{kw} --{name} is not supported", file=file, line=line)
+        words = [df.substitute(w, scope) for w in df.split_words(ins.rest, keyword=kw, file=file, line=line)]
+        if len(words) < 2 and not (ins.heredocs and words):
+            raise BuildError(f"{kw} needs a source and a destination", file=file, line=line)
+        dest = words[-1]
+        if not dest.startswith("/"):
+            dest = posixpath.join(st.workdir, dest)
+        many = len(words) > 2 or words[-1].endswith("/")
+        ctx = task.context_dir.resolve()
+        scratch = self._scratch(st)
+        stage = scratch / "stage"
+        stage.mkdir(parents=True)
+        h = hashlib.sha256()
+        script = ["set -e"]
+        try:
+            items: list[tuple[str, bool]] = []  # (path inside the sandbox, is a directory)
+            for i, src in enumerate(words[:-1]):
+                doc = next((d for d in ins.heredocs if src in (f"<<{d.name}", f"<<-{d.name}")), None)
+                if doc is not None:
+                    body = df.substitute(doc.body, scope) if doc.expand else doc.body
+                    (stage / f"doc{i}").mkdir()
+                    (stage / f"doc{i}" / doc.name).write_text(body)
+                    h.update(f"doc\0{doc.name}\0{body}".encode())
+                    items.append((f"{STAGE}/doc{i}/{doc.name}", False))
+                    continue
+                if "://" in src:
+                    raise BuildError(f"{kw} of a URL ({src}) is not supported offline", file=file, line=line)
+                for match in self._expand(ctx, src, kw, file, line):
+                    rel = match.relative_to(ctx).as_posix() if match != ctx else "."
+                    h.update(f"src\0{rel}\0".encode())
+                    _hash_tree(match, h)
+                    if kw == "ADD" and match.is_file() and match.name.endswith(TAR_SUFFIXES):
+                        out = stage / f"tar{i}-{len(items)}"
+                        out.mkdir()
+                        _extract(match, out, file, line)
+                        items.append((f"{STAGE}/{out.name}", True))
+                    else:
+                        items.append((f"{CTX}/{rel}", match.is_dir()))
+            many = many or len(items) > 1
+            q = _q
+            for path, is_dir in items:
+                if is_dir:
+                    script.append(f"mkdir -p {q(dest)} && cp -a {q(path + '/.')} {q(dest + '/')}")
+                    targets = f"(cd {q(path)} && find . -mindepth 1) | (cd {q(dest)} && xargs -r -d '\\n' %s)"
+                elif many:
+                    script.append(f"mkdir -p {q(dest)} && cp -a {q(path)} {q(dest + '/')}")
+                    targets = f"%s {q(posixpath.join(dest, posixpath.basename(path)))}"
+                else:
+                    script.append(f"if [ -d {q(dest)} ]; then cp -a {q(path)} {q(dest + '/')}; else "
+                                  f"mkdir -p {q(posixpath.dirname(dest) or '/')} && cp -a {q(path)} {q(dest)}; fi")
+                    targets = f"if [ -d {q(dest)} ]; then %s {q(posixpath.join(dest, posixpath.basename(path)))}; else %s {q(dest)}; fi"
+                for flag, cmd in (("chown", "chown -h"), ("chmod", "chmod")):
+                    if flags.get(flag):
+                        op = f"{cmd} {q(df.substitute(flags[flag], scope))}"
+                        script.append(targets.replace("%s", op))
+            h.update(json.dumps(sorted(flags.items())).encode())
+            binds = [(ctx, CTX), (stage, STAGE)]
+            self._layer(task, st, ins, ["/bin/sh", "-c", "\n".join(script)],
+                        {"dest": dest, "sources": h.hexdigest(), "script": script}, budget,
+                        workdir="/", binds=binds, scratch=scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _expand(self, ctx: Path, src: str, kw: str, file: Path, line: int) -> list[Path]:
+        norm = posixpath.normpath(src.lstrip("/")) if not src.startswith("/") else None
+        if norm is None or norm == ".." or norm.startswith("../"):
+            raise BuildError(f"{kw} source {src!r} escapes the build context {ctx}", file=file, line=line)
+        matches = sorted(glob.glob(str(ctx / norm))) if glob.has_magic(norm) else [str(ctx / norm)]
+        out = []
+        for m in matches:
+            p = Path(m)
+            if not p.exists():
+                raise BuildError(f"{kw} source {src!r} not found in {ctx}", file=file, line=line)
+            resolved = p.resolve()
+            if resolved != ctx and ctx not in resolved.parents:
+                raise BuildError(f"{kw} source {src!r} escapes the build context (-> {resolved})",
+                                 file=file, line=line)
+            out.append(resolved)
+        if not out:
+            raise BuildError(f"{kw} source {src!r} matches no file", file=file, line=line)
+        return out
+
+    # ------------------------------------------------------------------ layers
+    def _scratch(self, st: _State) -> Path:
+        d = self.root / f".tmp-{os.getpid()}-{time.monotonic_ns()}"
+        d.mkdir()
+        return d
+
+    def _layer(self, task: Task, st: _State, ins: df.Instruction, argv: list[str],
+               what: dict[str, object], budget: float, *, workdir: str | None = None,
+               binds: list[tuple[Path, str]] | None = None, scratch: Path | None = None) -> None:
+        env = {"HOME": "/root", "DEBIAN_FRONTEND": "noninteractive", **st.args, **st.env}
+        step_workdir = workdir or st.workdir
+        desc = {"parent": st.key, "keyword": ins.keyword, "what": what, "env": sorted(env.items()),
+                "user": st.user, "workdir": step_workdir}
+        key = hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[:32]
+        target = self.root / key
+        if not target.exists():
+            self._build_layer(task, st, ins, key, argv, env, step_workdir, budget, binds, scratch)
+        st.key = key
+        st.hashes.append(key)
+        if (self.root / f"{key}.json").exists() and json.loads((self.root / f"{key}.json").read_text()).get("empty"):
+            return
+        st.layers.append(target)
+
+    def _build_layer(self, task: Task, st: _State, ins: df.Instruction, key: str, argv: list[str],
+                     env: dict[str, str], workdir: str, budget: float,
+                     binds: list[tuple[Path, str]] | None, scratch: Path | None) -> None:
+        target = self.root / key
+        locks = self.root / ".locks"
+        locks.mkdir(exist_ok=True)
+        with (locks / f"{key}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if target.exists():
+                return
+            own = scratch is None
+            work = scratch or self._scratch(st)
+            try:
+                remaining = budget - st.run_s
+                if remaining <= 0:
+                    raise BuildError(f"build_timeout_sec ({budget:g}s) exhausted before this step",
+                                     file=st.file, line=ins.line or None)
+                res = buildsandbox.run_step(lowers=st.layers, scratch=work, argv=argv, env=env,
+                                            workdir=workdir, timeout_s=remaining, binds=binds or (),
+                                            network=self.config.network, log=work / "log")
+                st.run_s += res.duration_s
+                where = f"{ins.keyword} {ins.args[:120]}"
+                if res.timed_out:
+                    raise BuildError(f"{where}: timed out (build_timeout_sec {budget:g}s)\n{res.log_tail}",
+                                     file=st.file, line=ins.line or None)
+                if res.exit_code != 0:
+                    raise BuildError(f"{where}: exited with {res.exit_code}\n{res.log_tail}",
+                                     file=st.file, line=ins.line or None)
+                upper = work / "upper"
+                empty = not any(upper.iterdir())
+                meta = {"task": task.task_id, "file": str(st.file), "line": ins.line,
+                        "instruction": f"{ins.keyword} {ins.args}"[:2000], "parent": st.key,
+                        "duration_s": round(res.duration_s, 3), "empty": empty}
+                (self.root / f"{key}.json").write_text(json.dumps(meta, indent=1) + "\n")
+                shutil.copyfile(work / "log", self.root / f"{key}.log")
+                upper.rename(target)
+                st.built += 1
+            finally:
+                if own:
+                    shutil.rmtree(work, ignore_errors=True)
+                else:
+                    for sub in ("upper", "work", "merged"):
+                        shutil.rmtree(work / sub, ignore_errors=True)
+
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+def _hash_tree(path: Path, h: hashlib._Hash) -> None:
+    paths = [path] if not path.is_dir() else sorted(p for p in path.rglob("*"))
+    for p in paths:
+        st = p.lstat()
+        h.update(f"{p.relative_to(path) if p != path else ''}\0{st.st_mode}\0".encode())
+        if p.is_symlink():
+            h.update(os.readlink(p).encode())
+        elif p.is_file():
+            h.update(p.read_bytes())
+
+
+def _extract(archive: Path, out: Path, file: Path, line: int) -> None:
+    try:
+        with tarfile.open(archive) as tf:
+            tf.extractall(out, filter="tar")
+    except (tarfile.TarError, OSError) as exc:
+        raise BuildError(f"ADD {archive.name}: cannot extract: {exc}", file=file, line=line) from exc

@@ -1,0 +1,123 @@
+"""The build sandbox: run one Dockerfile step over read-only layers, capturing its writes.
+
+Owns: the only place where build steps execute. A step runs as real root (as in
+``docker build``) inside ``unshare --mount --propagation private``, where an overlayfs is
+mounted (read-only lower layers + an empty upper directory), then ``bwrap`` enters it with the
+merged tree as ``/``, a fresh ``/dev`` and ``/proc``, its own PID/IPC/UTS namespaces, the host
+network (build steps may reach the package registries) and the host ``/etc/resolv.conf``
+bound read-only. The upper directory, afterwards, *is* the new layer (whiteouts included).
+
+Invariants
+- The environment is clean (``--clearenv``): only what the caller passes; host variables never
+  leak in.
+- The overlay mount lives only in the step's private mount namespace: when the step ends (or
+  is killed) the kernel drops it — nothing to unmount, nothing leaks.
+- A timeout kills the whole process group with SIGKILL; bwrap's ``--die-with-parent`` and the
+  PID namespace take every process of the step with it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollbank.errors import BuildError
+
+RESOLV = Path("/etc/resolv.conf")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    log_tail: str
+
+
+def check_tools() -> None:
+    for tool in ("unshare", "bwrap", "mount"):
+        if shutil.which(tool) is None:
+            raise BuildError(f"{tool} is not installed (scripts/setup.sh installs it)")
+    if os.geteuid() != 0:
+        raise BuildError("building environments needs root (overlayfs mounts)")
+
+
+def run_step(
+    *,
+    lowers: Sequence[Path],
+    scratch: Path,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    workdir: str,
+    timeout_s: float,
+    binds: Sequence[tuple[Path, str]] = (),
+    network: bool = True,
+    log: Path,
+) -> StepResult:
+    """Run ``argv`` over ``lowers`` (lowest first); writes land in ``scratch/upper``.
+
+    ``binds`` are host directories bound read-only under ``/run`` (which is a tmpfs for the
+    step when binds are given, so the mount points never reach the layer).
+    """
+    check_tools()
+    upper, work, merged = scratch / "upper", scratch / "work", scratch / "merged"
+    for d in (upper, work, merged):
+        d.mkdir(parents=True, exist_ok=True)
+    base = scratch.parent
+    lowerdir = ":".join(os.path.relpath(p, base) for p in reversed(list(lowers)))
+    opts = (f"lowerdir={lowerdir},upperdir={os.path.relpath(upper, base)},"
+            f"workdir={os.path.relpath(work, base)},redirect_dir=off,metacopy=off")
+    if len(opts) > 3800:
+        raise BuildError(f"too many layers for one overlay mount ({len(lowers)})")
+    bwrap = ["bwrap", "--bind", str(merged), "/", "--dev", "/dev", "--proc", "/proc",
+             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "rollbank-build",
+             "--die-with-parent", "--new-session", "--cap-add", "ALL", "--clearenv"]
+    if not network:
+        bwrap.append("--unshare-net")
+    if RESOLV.exists():
+        bwrap += ["--ro-bind", str(RESOLV.resolve()), "/etc/resolv.conf"]
+    if binds:
+        bwrap += ["--tmpfs", "/run"]
+        for src, dst in binds:
+            bwrap += ["--ro-bind", str(src), dst]
+    for k, v in env.items():
+        bwrap += ["--setenv", k, v]
+    bwrap += ["--chdir", workdir, "--", *argv]
+    script = (f"mount -t overlay overlay -o {shlex.quote(opts)} {shlex.quote(str(merged))} "
+              f"&& exec {shlex.join(bwrap)}")
+    cmd = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script]
+    start = time.monotonic()
+    timed_out = False
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=base, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        try:
+            proc.wait(timeout=max(timeout_s, 0.001))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            if proc.returncode is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+    duration = time.monotonic() - start
+    return StepResult(None if timed_out else proc.returncode, timed_out, duration, tail(log))
+
+
+def tail(log: Path, limit: int = 3000) -> str:
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - limit))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -1,0 +1,2 @@
+def fetch_rows_v1():
+    pass

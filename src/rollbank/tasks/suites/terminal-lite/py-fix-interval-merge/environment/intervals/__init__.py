@@ -1,0 +1,3 @@
+from .core import merge
+
+__all__ = ["merge"]

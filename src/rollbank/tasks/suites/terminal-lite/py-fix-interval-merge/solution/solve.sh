@@ -1,0 +1,13 @@
+#!/bin/bash
+set -e
+cat > /app/intervals/core.py <<'EOF'
+def merge(intervals):
+    """Merge overlapping or touching closed intervals; return sorted list of tuples."""
+    out = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [tuple(x) for x in out]
+EOF

@@ -1,0 +1,147 @@
+"""Validate tasks end to end: build, oracle must score 1, a no-op agent must not.
+
+Owns: :func:`validate_task` / :func:`validate_tasks`, used by ``rollbank tasks validate``.
+Each check runs in a FRESH sandbox started from the built layers: the oracle run uploads and
+runs the solution then the verifier; the no-op run runs the verifier on the untouched
+environment.
+
+A task passes when the oracle's verifier status is ``pass`` (reward 1, every reward.json entry
+1) and the no-op's status is ``fail`` (a reward was written and it is below 1). A verifier that
+crashes, times out or writes nothing on the untouched environment fails validation: such a
+task would turn model failures into infrastructure failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rollbank.episodes.verifier import VerifierResult, VerifierStatus, run_oracle, run_verifier
+from rollbank.errors import InputError, RollbankError
+from rollbank.sandbox.protocol import Limits, SandboxBackend, SandboxSpec
+from rollbank.tasks.builder import BuiltEnvironment, EnvironmentBuilder
+from rollbank.tasks.model import Task
+
+
+@dataclass
+class Validation:
+    """The outcome of validating one task (what ``--json`` prints)."""
+
+    task_id: str
+    path: str
+    format: str
+    content_hash: str
+    ok: bool = False
+    oracle_reward: float | None = None
+    noop_reward: float | None = None
+    oracle_status: str | None = None
+    noop_status: str | None = None
+    oracle_rewards: dict[str, float] = field(default_factory=dict)
+    noop_rewards: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    build_cached: bool | None = None
+    approximations: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def spec_for(task: Task, built: BuiltEnvironment) -> SandboxSpec:
+    """The sandbox spec of a task's built environment (no network: verifiers run offline)."""
+    return SandboxSpec(
+        layers=built.layers, workdir=built.workdir, env=dict(built.env),
+        limits=Limits(cpus=task.cpus, memory_mb=task.memory_mb, storage_mb=task.storage_mb),
+        network=False, label=task.task_id,
+    )
+
+
+def _evidence(v: VerifierResult) -> dict[str, Any]:
+    return {"exit_code": v.exit_code, "signal": v.signal, "error": v.error,
+            "stdout_tail": v.stdout_tail[-1500:], "stderr_tail": v.stderr_tail[-1500:]}
+
+
+async def validate_task(task: Task, backend: SandboxBackend, builder: EnvironmentBuilder) -> Validation:
+    rec = Validation(task.task_id, str(task.path), task.format.value, task.content_hash,
+                     warnings=list(task.warnings))
+    t0 = time.monotonic()
+    try:
+        built = await asyncio.to_thread(builder.build, task)
+    except InputError as exc:
+        rec.error = f"build failed: {exc}"
+        rec.timings["build_s"] = round(time.monotonic() - t0, 3)
+        return rec
+    rec.timings["build_s"] = round(time.monotonic() - t0, 3)
+    rec.build_cached = built.cached
+    rec.approximations = list(built.approximations)
+    spec = spec_for(task, built)
+    try:
+        if task.solution is None:
+            rec.error = "task has no oracle solution"
+        else:
+            t1 = time.monotonic()
+            sb = await backend.start(spec)
+            try:
+                solve = await run_oracle(sb, task)
+                oracle = await run_verifier(sb, task)
+            finally:
+                await sb.close()
+            rec.timings["oracle_s"] = round(time.monotonic() - t1, 3)
+            rec.oracle_reward, rec.oracle_status = oracle.reward, oracle.status.value
+            rec.oracle_rewards = dict(oracle.rewards)
+            if solve is not None and not solve.ok:
+                rec.details["solution"] = {"exit_code": solve.exit_code, "timed_out": solve.timed_out,
+                                           "stderr_tail": solve.stderr[-1500:]}
+            if not oracle.passed:
+                rec.details["oracle_verifier"] = _evidence(oracle)
+        t2 = time.monotonic()
+        sb = await backend.start(spec)
+        try:
+            noop = await run_verifier(sb, task)
+        finally:
+            await sb.close()
+        rec.timings["noop_s"] = round(time.monotonic() - t2, 3)
+        rec.noop_reward, rec.noop_status = noop.reward, noop.status.value
+        rec.noop_rewards = dict(noop.rewards)
+        if noop.status is not VerifierStatus.FAIL:
+            rec.details["noop_verifier"] = _evidence(noop)
+    except RollbankError as exc:
+        rec.error = f"{type(exc).__name__}: {exc}"
+        return rec
+    problems = []
+    if rec.oracle_status is not None and rec.oracle_status != VerifierStatus.PASS.value:
+        problems.append(f"oracle reward {rec.oracle_reward} ({rec.oracle_status}), expected 1")
+    if rec.noop_status != VerifierStatus.FAIL.value:
+        problems.append(f"no-op agent reward {rec.noop_reward} ({rec.noop_status}), expected below 1")
+    if problems and rec.error is None:
+        rec.error = "; ".join(problems)
+    rec.ok = rec.error is None
+    return rec
+
+
+async def validate_tasks(tasks: Sequence[Task], backend: SandboxBackend,
+                         builder: EnvironmentBuilder, *, jobs: int = 1,
+                         on_result: Callable[[Validation], None] | None = None) -> list[Validation]:
+    """Validate ``tasks``, at most ``jobs`` at a time; ``on_result`` sees each as it finishes.
+
+    Returns the results in the order of ``tasks``.
+    """
+    sem = asyncio.Semaphore(max(1, jobs))
+    results: dict[int, Validation] = {}
+
+    async def one(i: int, task: Task) -> None:
+        async with sem:
+            rec = await validate_task(task, backend, builder)
+        results[i] = rec
+        if on_result is not None:
+            on_result(rec)
+
+    async with asyncio.TaskGroup() as tg:
+        for i, t in enumerate(tasks):
+            tg.create_task(one(i, t))
+    return [results[i] for i in range(len(tasks))]

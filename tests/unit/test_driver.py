@@ -1,0 +1,192 @@
+"""The asyncio driver with the fake runner: batches, aborts reach the runner, no leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from rollbank.clock import FakeClock
+from rollbank.episodes.outcome import Reason
+from rollbank.scheduling.batch import Batch
+from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
+from rollbank.scheduling.driver import CollectionDriver
+from rollbank.scheduling.events import AttemptFinished, Event, EventKind, ListSink
+from rollbank.scheduling.fake import FakeAttemptRunner, FakePlan
+from rollbank.scheduling.ledger import AttemptState
+from rollbank.scheduling.types import AttemptSpec
+
+
+def _config(**kw: Any) -> SchedulerConfig:
+    bank = ReadyBankConfig(group_size=kw.pop("n", 2), **kw.pop("bank", {}))
+    return SchedulerConfig(bank=bank, **kw)
+
+
+async def _collect(driver: CollectionDriver, limit: int | None = None) -> list[Batch]:
+    out: list[Batch] = []
+    async with contextlib.aclosing(driver.batches()) as batches:
+        async for batch in batches:
+            out.append(batch)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def _alternating(spec: AttemptSpec) -> FakePlan:
+    return FakePlan(Reason.VERIFIED_PASS if spec.slot % 2 else Reason.VERIFIED_FAIL,
+                    reward=float(spec.slot % 2))
+
+
+async def test_driver_yields_batches_and_closes_the_ledger() -> None:
+    clock = FakeClock()
+    runner = FakeAttemptRunner(_alternating, clock)
+    sink = ListSink()
+    driver = CollectionDriver(
+        _config(groups_per_batch=2, pool_groups=3, sandbox_slots=4, num_batches=3),
+        runner, ["a", "b"], sink=sink, clock=clock,
+    )
+    batches = await _collect(driver)
+    assert [b.index for b in batches] == [0, 1, 2]
+    assert all(b.complete and len(b.groups) == 2 for b in batches)
+    bank = driver.scheduler.bank
+    bank.check()
+    counts = bank.ledger.counts()
+    assert counts[AttemptState.IN_FLIGHT] == counts[AttemptState.FINISHED] == 0
+    assert counts[AttemptState.CONSUMED] == 12
+    # every runner start ended: finished or cancelled
+    assert sorted(runner.finished + runner.cancelled) == sorted(runner.started)
+    assert len(sink.of(EventKind.STARTED)) == len(runner.started)
+    assert len(sink.of(EventKind.BATCH_READY)) == 3
+    lines = [json.loads(json.dumps(e.to_dict())) for e in sink.events]  # JSONL-ready
+    assert lines[0]["kind"] == "launched" and lines[-1]["kind"] == "waste"
+    first_finish = next(d for d in lines if d["kind"] == "finished")
+    assert first_finish["outcome"]["reason"] in ("verified_pass", "verified_fail")
+    task_of_group = {g.group_id: g.task_id for b in batches for g in b.groups}
+    assert task_of_group["g00000"] == "a" and task_of_group["g00001"] == "b"
+
+
+async def test_abort_policy_cancels_the_runner_of_stragglers() -> None:
+    clock = FakeClock()
+    gate = asyncio.Event()  # never set: group 0 never finishes on its own
+
+    def plan(spec: AttemptSpec) -> FakePlan:
+        base = _alternating(spec)
+        return FakePlan(base.reason, base.reward, gate=gate if spec.group_id == "g00000" else None)
+
+    runner = FakeAttemptRunner(plan, clock)
+    sink = ListSink()
+    driver = CollectionDriver(
+        _config(groups_per_batch=1, pool_groups=2, straggler="abort", requeue_aborted=False),
+        runner, ["a"], sink=sink, clock=clock,
+    )
+    [batch] = await _collect(driver)
+    assert [g.group_id for g in batch.groups] == ["g00001"]
+    assert sorted(runner.cancelled) == ["g00000/s0/r0", "g00000/s1/r0"]
+    assert batch.accounting.waste_by_reason == {"aborted": 2}
+    assert {e.attempt_id for e in sink.of(EventKind.ABORTED)} == set(runner.cancelled)  # type: ignore[attr-defined]
+
+
+async def test_carry_keeps_stragglers_running_into_the_next_batch() -> None:
+    clock = FakeClock()
+    gate = asyncio.Event()
+
+    def plan(spec: AttemptSpec) -> FakePlan:
+        base = _alternating(spec)
+        return FakePlan(base.reason, base.reward, gate=gate if spec.group_id == "g00000" else None)
+
+    runner = FakeAttemptRunner(plan, clock)
+    driver = CollectionDriver(
+        _config(groups_per_batch=1, pool_groups=2, straggler="carry", num_batches=2),
+        runner, ["a"], clock=clock,
+    )
+    seen: list[list[str]] = []
+    async with contextlib.aclosing(driver.batches()) as batches:
+        async for batch in batches:
+            seen.append([g.group_id for g in batch.groups])
+            gate.set()  # the straggler may now finish, inside the next window
+    assert seen == [["g00001"], ["g00000"]]
+    assert not [a for a in runner.cancelled if a.startswith("g00000")]
+    assert driver.batches_out[0].accounting.carried_running == 2
+
+
+async def test_runner_exception_becomes_host_error_and_the_slot_is_rerun() -> None:
+    clock = FakeClock()
+
+    def plan(spec: AttemptSpec) -> FakePlan:
+        base = _alternating(spec)
+        boom = RuntimeError("runner bug") if spec.slot == 0 and spec.retry == 0 else None
+        return FakePlan(base.reason, base.reward, raises=boom)
+
+    sink = ListSink()
+    driver = CollectionDriver(
+        _config(groups_per_batch=1, pool_groups=1, bank={"max_retries": 1}),
+        FakeAttemptRunner(plan, clock), ["a"], sink=sink, clock=clock,
+    )
+    [batch] = await _collect(driver)
+    [group] = batch.groups
+    assert [t.retry for t in group.trajectories] == [1, 0]
+    [failed] = [e for e in sink.of(EventKind.FINISHED)
+                if isinstance(e, AttemptFinished) and e.retry == 0 and e.slot == 0]
+    assert failed.outcome.reason is Reason.HOST_ERROR
+    assert "runner bug" in failed.outcome.evidence["error"]
+
+
+async def test_inference_slots_bound_concurrent_generate_calls() -> None:
+    clock = FakeClock()
+    runner = FakeAttemptRunner(lambda spec: FakePlan(turns=4, server="s"), clock)
+    driver = CollectionDriver(
+        _config(n=4, groups_per_batch=2, pool_groups=3, sandbox_slots=12,
+                inference_slots_per_server=2, bank={"min_valid": 1}),
+        runner, ["a"], clock=clock,
+    )
+    await _collect(driver)
+    assert runner.max_concurrent_inference == 2
+    assert driver.scheduler.inference_in_use("s") == 0
+
+
+async def test_stopping_early_cancels_everything_and_settles_it() -> None:
+    clock = FakeClock()
+    gate = asyncio.Event()
+
+    def plan(spec: AttemptSpec) -> FakePlan:
+        return FakePlan(gate=None if spec.group_id == "g00000" else gate)
+
+    runner = FakeAttemptRunner(plan, clock)
+    driver = CollectionDriver(
+        _config(groups_per_batch=1, pool_groups=3, num_batches=5, bank={"min_valid": 1}),
+        runner, ["a"], clock=clock,
+    )
+    batches = await _collect(driver, limit=1)
+    assert len(batches) == 1
+    assert sorted(runner.cancelled) == sorted(set(runner.started) - set(runner.finished))
+    assert runner.cancelled  # there were stragglers to cancel
+    counts = driver.scheduler.bank.ledger.counts()
+    assert counts[AttemptState.IN_FLIGHT] == counts[AttemptState.FINISHED] == 0
+    driver.scheduler.bank.check()
+    current = asyncio.current_task()
+    assert [t for t in asyncio.all_tasks() if t is not current] == []
+
+
+async def test_cancelling_the_consumer_cancels_every_attempt() -> None:
+    clock = FakeClock()
+    gate = asyncio.Event()  # never set: no attempt finishes
+    runner = FakeAttemptRunner(lambda spec: FakePlan(gate=gate), clock)
+    all_started = asyncio.Event()
+
+    class StartedSink(ListSink):
+        def emit(self, event: Event) -> None:
+            super().emit(event)
+            if len(self.of(EventKind.STARTED)) == 4:
+                all_started.set()
+
+    driver = CollectionDriver(_config(groups_per_batch=1, pool_groups=2), runner, ["a"],
+                              sink=StartedSink(), clock=clock)
+    consumer = asyncio.create_task(_collect(driver))
+    await all_started.wait()
+    consumer.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await consumer
+    assert consumer.cancelled()
+    assert sorted(runner.cancelled) == sorted(runner.started)
+    assert driver.scheduler.bank.ledger.counts()[AttemptState.WASTE] == 4

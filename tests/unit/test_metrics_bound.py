@@ -1,0 +1,77 @@
+"""The lower bound T_LB: critical path, inference work, sandbox work, over-provisioning."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.spans import Span, add_span
+from rollbank.episodes.trajectory import Trajectory
+from rollbank.metrics.bound import Capacity, critical_path, group_paths, lower_bound
+
+CAP = Capacity(decode_rate_single=10.0, decode_rate_max=40.0, prefill_rate_single=100.0,
+               prefill_rate_max=400.0, sandbox_slots=2)
+
+
+def traj(tid: str, gid: str, *, decode: int, prompts: list[tuple[int, int]], tools: list[float],
+         setup: float = 0.0, verify: float = 0.0) -> Trajectory:
+    t = Trajectory(trajectory_id=tid, group_id=gid, task_id="t", attempt=0)
+    t.append_prompt([1] * 5)
+    t.append_model([2] * decode, [-0.1] * decode, 0)
+    t.sandbox_setup_s, t.verify_s = setup, verify
+    for sent, cached in prompts:
+        add_span(t, Span("inference", 0.0, 1.0, tid, server="s0", prompt_tokens=sent,
+                         cached_tokens=cached, gen_tokens=1))
+    for d in tools:
+        add_span(t, Span("exec", 0.0, d, tid, sandbox="x"))
+    t.outcome = EpisodeOutcome.of(Reason.VERIFIED_FAIL, reward=0.0)
+    return t
+
+
+def test_critical_path_sums_its_terms() -> None:
+    t = traj("a", "g", decode=20, prompts=[(100, 0), (150, 100)], tools=[0.5, 1.5], setup=0.25,
+             verify=0.75)
+    # setup + prefill (100 + 50 uncached at 100 tok/s) + decode 20/10 + tools 2 + verify
+    assert critical_path(t, CAP) == pytest.approx(0.25 + 1.5 + 2.0 + 2.0 + 0.75)
+
+
+def test_ttft_floor_is_charged_per_turn() -> None:
+    cap = Capacity(10.0, 40.0, 100.0, 400.0, 2, ttft_floor_s=0.1)
+    t = traj("a", "g", decode=0, prompts=[(0, 0), (0, 0), (0, 0)], tools=[])
+    assert critical_path(t, cap) == pytest.approx(0.3)
+
+
+def test_group_path_is_slowest_sibling() -> None:
+    a = traj("a", "g1", decode=10, prompts=[], tools=[1.0])
+    b = traj("b", "g1", decode=10, prompts=[], tools=[5.0])
+    assert group_paths([a, b], CAP) == {"g1": pytest.approx(6.0)}
+
+
+def test_binding_term_and_efficiency() -> None:
+    # Work-bound: 4 trajectories x 100 decode tokens at 40 tok/s aggregate = 10 s, paths 10 s
+    ts = [traj(f"t{i}", f"g{i}", decode=100, prompts=[], tools=[]) for i in range(4)]
+    lb = lower_bound(ts, CAP)
+    assert lb.critical_path_s == pytest.approx(10.0)
+    assert lb.inference_work_s == pytest.approx(10.0)
+    assert lb.sandbox_work_s == pytest.approx(4 * 10.0 / 2)
+    assert lb.t_lb == pytest.approx(20.0)
+    assert lb.binding_term == "sandbox_work"
+    assert lb.efficiency(40.0) == pytest.approx(0.5)
+    assert lb.efficiency(0.0) is None
+
+
+def test_over_provisioning_takes_gth_smallest_group_path_of_the_pool() -> None:
+    pool = [traj(f"t{i}", f"g{i}", decode=0, prompts=[], tools=[float(i + 1)]) for i in range(5)]
+    accepted = pool[:2]
+    lb = lower_bound(accepted, CAP, pool=pool, groups_needed=2)
+    assert lb.critical_path_s == pytest.approx(2.0)  # 2nd smallest of 1..5
+    assert lb.groups_in_pool == 5
+    # without over-provisioning the accepted groups themselves decide
+    assert lower_bound(pool, CAP).critical_path_s == pytest.approx(5.0)
+
+
+def test_capacity_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        Capacity(0.0, 1.0, 1.0, 1.0, 1)
+    with pytest.raises(ValueError):
+        Capacity(1.0, 1.0, 1.0, 1.0, 0)
