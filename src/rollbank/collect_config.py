@@ -14,6 +14,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from rollbank.config import Section, validate
+from rollbank.episodes.harnesses import (
+    FencedShellConfig,
+    FencedShellHarness,
+    Harness,
+    Terminus2Config,
+    Terminus2Harness,
+)
 from rollbank.episodes.runner import RunnerConfig
 from rollbank.errors import ConfigError
 from rollbank.inference.server import ServerConfig
@@ -107,6 +114,14 @@ class CollectConfig(Section):
     harness: Literal["fenced-shell", "terminus-2"] = Field(
         default="fenced-shell", description="agent protocol"
     )
+    fenced_shell: FencedShellConfig = Field(
+        default_factory=lambda: FencedShellConfig.model_validate({}),
+        description="fenced-shell harness settings (tokens per turn, temperature)",
+    )
+    terminus2: Terminus2Config = Field(
+        default_factory=lambda: Terminus2Config.model_validate({}),
+        description="terminus-2 harness settings",
+    )
     runner: RunnerConfig = Field(default_factory=lambda: RunnerConfig.model_validate({}), description="episode limits")
     scheduler: SchedulerConfig = Field(
         default_factory=SchedulerConfig, description="groups, capacities, straggler policy"
@@ -117,6 +132,12 @@ class CollectConfig(Section):
     )
     sandbox: SandboxSection = Field(default_factory=lambda: SandboxSection.model_validate({}), description="sandboxes")
     metrics: MetricsSection = Field(default_factory=lambda: MetricsSection.model_validate({}), description="reporting")
+
+
+def make_harness_for(config: CollectConfig) -> Harness:
+    if config.harness == "terminus-2":
+        return Terminus2Harness(config.terminus2)
+    return FencedShellHarness(config.fenced_shell)
 
 
 def default_config_text() -> str:

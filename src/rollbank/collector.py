@@ -34,9 +34,8 @@ from typing import Any
 
 from rollbank.batching.writer import write_batch
 from rollbank.clock import Clock, MonotonicClock
-from rollbank.collect_config import CollectConfig, InferenceSection
+from rollbank.collect_config import CollectConfig, InferenceSection, make_harness_for
 from rollbank.config import dump_resolved
-from rollbank.episodes.harnesses import make_harness
 from rollbank.episodes.replay import EpisodeRecorder
 from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.sources import SandboxSource, Verifier
@@ -195,7 +194,7 @@ async def collect(
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
     runner = _Keeping(EpisodeRunner(
         config.runner, tasks={t.task_id: t for t in tasks}, source=sandboxes.source,
-        verifier=sandboxes.verifier, harness=make_harness(config.harness),
+        verifier=sandboxes.verifier, harness=make_harness_for(config),
         tokenizer=inference.tokenizer, clients=inference.clients, router=router, clock=clock,
         recorder=recorder,
     ))

@@ -1,13 +1,230 @@
-"""`rollbank bench collect` (being built)."""
+"""`rollbank bench collect`: fixed-weight time to a trainable batch, naive vs optimized (JSON).
+
+One set of managed vLLM servers (same weights, same capacity) serves every arm in turn; the
+prefix caches are reset before each arm. Every arm runs the same task sequence with the same
+seeds, the same sandbox slots and inference slots per server. Arms:
+
+- ``naive``: launch-order synchronous batch (scheduler mode ``naive``: exactly G groups, wait
+  for all), round-robin routing, a cold sandbox per episode (environment layers rebuilt in a
+  private cache per episode, then a fresh start), no over-provisioning.
+- ``routing``: naive + cache-aware routing.
+- ``sandboxes``: naive + warm snapshot/fork sandboxes.
+- ``bank``: naive + ready bank (G' > G over-provisioning, straggler policy ``carry``, infra
+  retries in the sibling slot).
+- ``optimized``: all three levers.
+
+The time of an arm is from its first launch until ``--batches`` batches of G complete groups
+are handed over, divided by the number of batches (the multi-batch window); over-provisioned
+work still running or unconsumed when the window closes is counted as waste (sandbox-slot
+seconds), never hidden. Each arm reports its lower bound T_LB (same calibrated capacity),
+efficiency T_LB/T, tail share, outcomes, waste and the accepted-vs-pool profile.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+ARMS: dict[str, dict[str, bool]] = {
+    "naive": {"routing": False, "sandboxes": False, "bank": False},
+    "routing": {"routing": True, "sandboxes": False, "bank": False},
+    "sandboxes": {"routing": False, "sandboxes": True, "bank": False},
+    "bank": {"routing": False, "sandboxes": False, "bank": True},
+    "optimized": {"routing": True, "sandboxes": True, "bank": True},
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    a = parser.add_argument
+    a("--json", action="store_true", help="print one JSON object (the default output anyway)")
+    a("--quick", action="store_true",
+      help="CI smoke size: 4 groups x 4, pool 6, tiny model, cheap tasks, 2 turns")
+    a("--model", default="tiny", help="served model: 'tiny', 'gemma-3-270m' or a folder")
+    a("--num-servers", type=int, default=2, help="managed vLLM servers (same for every arm)")
+    a("--groups", type=int, default=32, help="G: complete groups per batch")
+    a("--group-size", type=int, default=8, help="n: siblings per group")
+    a("--pool-groups", type=int, default=40, help="G' for the over-provisioning lever")
+    a("--batches", type=int, default=1, help="batches per arm (the measurement window)")
+    a("--sandbox-slots", type=int, default=64, help="sandboxes at once (every arm)")
+    a("--inference-slots", type=int, default=32, help="requests in flight per server (every arm)")
+    a("--max-turns", type=int, default=3, help="model turns per episode")
+    a("--max-tokens", type=int, default=48, help="tokens per model turn")
+    a("--step-timeout", type=float, default=20.0, help="per-command timeout (s)")
+    a("--tasks", nargs="+", default=["terminal-lite"], help="task folders or suites")
+    a("--exclude-costs", default="expensive-env",
+      help="comma-separated task costs left out (default: expensive-env; see module notes)")
+    a("--arms", default=",".join(ARMS), help="arms to run, comma-separated, in this order")
+    a("--seed", type=int, default=0, help="scheduler and task-order seed")
+    a("--block-size", type=int, default=32, help="vLLM KV block size = router block size")
+    a("--kv-cache-gib", type=float, default=2.0, help="VLLM_CPU_KVCACHE_SPACE per server")
+    a("--out", type=Path, default=Path("runs/bench-collect"), help="per-arm outputs go here")
+
+
+def _quick(args: argparse.Namespace) -> None:
+    args.groups, args.group_size, args.pool_groups = 4, 4, 6
+    args.max_turns, args.max_tokens, args.batches = 2, 32, 1
+    args.sandbox_slots, args.inference_slots = 16, 16
+    args.exclude_costs = "expensive-env,long-running"
+
+
+def arm_config(args: argparse.Namespace, arm: str) -> Any:
+    from rollbank.collect_config import load_collect_config
+
+    lv = ARMS[arm]
+    o: dict[str, Any] = {
+        "tasks": args.tasks,
+        "exclude_costs": [c for c in args.exclude_costs.split(",") if c],
+        "task_order_seed": args.seed,
+        "output": str(args.out / arm),
+        "runner.max_turns": args.max_turns,
+        "fenced_shell.max_tokens": args.max_tokens,
+        "runner.step_timeout_s": args.step_timeout,
+        "runner.max_model_len": 2048,
+        "scheduler.mode": "optimized" if lv["bank"] else "naive",
+        "scheduler.groups_per_batch": args.groups,
+        "scheduler.pool_groups": args.pool_groups if lv["bank"] else args.groups,
+        "scheduler.straggler": "carry" if lv["bank"] else "wait",
+        "scheduler.sandbox_slots": args.sandbox_slots,
+        "scheduler.inference_slots_per_server": args.inference_slots,
+        "scheduler.num_batches": args.batches,
+        "scheduler.seed": args.seed,
+        "scheduler.bank.group_size": args.group_size,
+        "router.policy": "cache_aware" if lv["routing"] else "round_robin",
+        "router.block_size": args.block_size,
+        "sandbox.warm": lv["sandboxes"],
+        "sandbox.cold_rebuild": True,
+        "inference.calibrate": False,
+        "inference.managed.model": args.model,
+        "inference.managed.num_servers": args.num_servers,
+        "inference.managed.block_size": args.block_size,
+        "inference.managed.kv_cache_gib": args.kv_cache_gib,
+        "metrics.live": "off",
+        "metrics.record_episodes": True,
+    }
+    return load_collect_config(None, o)
+
+
+def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
+    bs = result.batches
+    n = max(len(bs), 1)
+    acct = [b.extra.get("accounting", {}) for b in bs]
+    waste_s = sum(a.get("waste_s", 0.0) for a in acct)
+    consumed_s = sum(a.get("consumed_s", 0.0) for a in acct)
+    lb = [b.lower_bound for b in bs]
+    return {
+        "time_per_batch_s": result.collection_s / n,
+        "batch_times_s": [b.time_to_batch_s for b in bs],
+        "t_lb_s": statistics.fmean(x.get("t_lb_s", 0.0) for x in lb) if lb else None,
+        "lower_bound_terms": lb,
+        "efficiency": statistics.fmean(b.efficiency for b in bs if b.efficiency is not None)
+        if any(b.efficiency is not None for b in bs) else None,
+        "tail_share": [round(b.tail_share, 3) for b in bs],
+        "tokens_per_s": [round(b.tokens_per_s, 1) for b in bs],
+        "prefix_cache_hit_rate": [b.prefix_cache_hit_rate for b in bs],
+        "inference_busy_s": [round(b.inference_busy_s, 1) for b in bs],
+        "inference_idle_waiting_env_s": [round(b.inference_idle_env_s, 1) for b in bs],
+        "sandbox_held_util": [round(b.sandbox_held_util, 3) for b in bs],
+        "outcomes": [b.outcomes for b in bs],
+        "complete_batches": sum(1 for b in bs if b.extra.get("complete")),
+        "trajectories_accepted": sum(b.n_trajectories for b in bs),
+        "attempts_finished": len(result.trajectories),
+        "ledger": result.ledger,
+        "waste": {"sandbox_s": round(waste_s, 1), "consumed_sandbox_s": round(consumed_s, 1),
+                  "share": round(waste_s / (waste_s + consumed_s), 3) if waste_s + consumed_s else 0,
+                  "by_reason": [a.get("waste_by_reason", {}) for a in acct]},
+        "carried": [a.get("carried", 0) for a in acct],
+        "selection": [b.extra.get("profile", {}) for b in bs],
+        "setup_s": round(setup_s, 2),
+        "output": str(result.out_dir),
+    }
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    import contextlib
+
+    from rollbank.collector import collect, open_inference, select_tasks
+    from rollbank.episodes.sandboxes import open_sandboxes
+    from rollbank.metrics.calibrate import calibrate
+
+    t_bench = time.monotonic()
+    arms = [a for a in args.arms.split(",") if a]
+    configs = {a: arm_config(args, a) for a in arms}
+    first = configs[arms[0]]
+    tasks = select_tasks(first)
+    report: dict[str, Any] = {
+        "benchmark": "collect",
+        "size": {"groups": args.groups, "group_size": args.group_size,
+                 "trajectories_per_batch": args.groups * args.group_size,
+                 "pool_groups_bank_lever": args.pool_groups, "batches": args.batches},
+        "model": args.model, "servers": args.num_servers, "tasks": len(tasks),
+        "excluded_costs": first.exclude_costs,
+        "capacity_per_arm": {"sandbox_slots": args.sandbox_slots,
+                             "inference_slots_per_server": args.inference_slots},
+        "episode": {"max_turns": args.max_turns, "max_tokens": args.max_tokens,
+                    "step_timeout_s": args.step_timeout},
+        "arms": {},
+    }
+    t_srv = time.monotonic()
+    async with open_inference(first.inference, max_model_len=first.runner.max_model_len) as plane:
+        report["server_start_s"] = round(time.monotonic() - t_srv, 1)
+        cap = await calibrate(plane.clients, sandbox_slots=args.sandbox_slots,
+                              vocab_size=plane.vocab_size)
+        report["capacity"] = cap.to_dict()
+        for arm in arms:
+            cfg = configs[arm]
+            await plane.reset_caches()
+            t_setup = time.monotonic()
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    sandboxes = await stack.enter_async_context(open_sandboxes(cfg.sandbox, tasks))
+                    setup = time.monotonic() - t_setup
+                    result = await collect(
+                        cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
+                        out_dir=Path(cfg.output), capacity=cap, setup_s=setup)
+                report["arms"][arm] = {"levers": ARMS[arm], **_arm_report(result, setup)}
+            except Exception as exc:  # one broken arm must not hide the others' numbers
+                report["arms"][arm] = {"levers": ARMS[arm], "error": f"{type(exc).__name__}: {exc}"}
+    report["comparison"] = _compare(report["arms"])
+    report["bench_run_s"] = round(time.monotonic() - t_bench, 1)
+    return report
+
+
+def _compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    base = arms.get("naive", {}).get("time_per_batch_s")
+    if not base:
+        return {"note": "no naive arm result"}
+    out: dict[str, Any] = {"naive_s": round(base, 2)}
+    for name, arm in arms.items():
+        t = arm.get("time_per_batch_s")
+        if name == "naive" or not t:
+            continue
+        out[name] = {"time_s": round(t, 2), "ratio_vs_naive": round(t / base, 3),
+                     "reduction_pct": round(100 * (1 - t / base), 1),
+                     "saved_s": round(base - t, 2)}
+    opt = arms.get("optimized", {}).get("time_per_batch_s")
+    if opt:
+        out["headline_ratio"] = round(opt / base, 3)
+        out["headline_reduction_pct"] = round(100 * (1 - opt / base), 1)
+        single = {k: base - arms[k]["time_per_batch_s"] for k in ("routing", "sandboxes", "bank")
+                  if arms.get(k, {}).get("time_per_batch_s")}
+        total = base - opt
+        if single and total > 0:
+            out["lever_share_of_total_saving"] = {k: round(v / total, 3) for k, v in single.items()}
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
-    return 2
+    import asyncio
+
+    if args.quick:
+        _quick(args)
+    report = asyncio.run(_main(args))
+    text = json.dumps(report, indent=2, default=str)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench.json").write_text(text + "\n")
+    return 0 if not any("error" in a for a in report["arms"].values()) else 1

@@ -1,4 +1,5 @@
-"""A peer router process (``vllm-router`` from PyPI) in front of rollbank's vLLM servers.
+"""A peer router process in front of rollbank's vLLM servers: ``vllm-router`` (PyPI, Rust, made
+for vLLM) or ``sglang-router`` (PyPI, SGLang's gateway, ``launch`` sub-command).
 
 Owns :class:`PeerRouter`, an async context manager that starts the router binary on free
 ports, waits until it answers, and stops it. Invariant: the process runs in its own process
@@ -23,17 +24,23 @@ import httpx
 
 from rollbank.inference.server import free_port
 
+PEER_ROUTERS = ("vllm-router", "sglang-router")
 
-def find_vllm_router() -> str | None:
-    """The ``vllm-router`` executable: beside this interpreter first, then on PATH."""
-    beside = Path(sys.executable).parent / "vllm-router"
+
+def find_router(name: str) -> str | None:
+    """A router executable: beside this interpreter first, then on PATH."""
+    beside = Path(sys.executable).parent / name
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
-    return shutil.which("vllm-router")
+    return shutil.which(name)
+
+
+def find_vllm_router() -> str | None:
+    return find_router("vllm-router")
 
 
 class PeerRouter:
-    """``vllm-router --policy P --worker-urls ...`` on a free local port."""
+    """``<router> --policy P --worker-urls ...`` on a free local port."""
 
     def __init__(
         self,
@@ -56,10 +63,12 @@ class PeerRouter:
         self._proc: asyncio.subprocess.Process | None = None
 
     def command(self) -> list[str]:
+        sglang = Path(self.binary).name.startswith("sglang")
         return [
-            self.binary, "--host", "127.0.0.1", "--port", str(self.port),
+            self.binary, *(["launch"] if sglang else []),
+            "--host", "127.0.0.1", "--port", str(self.port),
             "--policy", self.policy, "--worker-urls", *self.worker_urls,
-            "--prometheus-port", str(free_port()), "--log-level", "warning",
+            "--prometheus-port", str(free_port()), "--log-level", "warn" if sglang else "warning",
             "--disable-retries", "--worker-startup-check-interval", "1",
             *self.extra_args,
         ]  # fmt: skip

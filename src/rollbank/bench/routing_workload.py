@@ -23,7 +23,9 @@ Measurements (per arm, all from the servers' own answers):
 - ``repeated_prefill_tokens``: per request, the part of the tokens an earlier turn of the same
   conversation already put on a server (previous prompt + previous generation) that was not
   served from cache, ``max(0, min(seen, prompt) - cached)``. Even perfect routing leaves the
-  tail that does not fill a KV block (< block size per turn);
+  tail that does not fill a KV block (< block size per turn, which no server ever caches), so
+  ``repeated_prefill_tokens_full_blocks`` counts only the earlier-turn tokens that a server
+  could have held as full blocks (:func:`cacheable`) — the part routing decides;
 - ``hit_rate``: ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries`` deltas from
   ``/metrics`` over the arm;
 - load: ``running + waiting`` sampled from each server's ``/metrics`` every ``sample_s``
@@ -95,6 +97,12 @@ class Workload:
         )
 
 
+def cacheable(seen: int, prompt: int, block: int) -> int:
+    """Tokens of ``seen`` a server could hold as full KV blocks for a ``prompt``-long request
+    (vLLM caches full blocks only, and never serves the last prompt token from cache)."""
+    return (max(0, min(seen - 1, prompt - 1)) // block) * block
+
+
 @dataclass
 class RequestRecord:
     trajectory_id: str
@@ -117,7 +125,7 @@ class ArmResult:
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def summary(self, urls: Sequence[str]) -> dict[str, Any]:
+    def summary(self, urls: Sequence[str], block: int) -> dict[str, Any]:
         recs = self.records
         cached_known = all(r.cached_tokens is not None for r in recs)
         prompt = sum(r.prompt_tokens for r in recs)
@@ -126,6 +134,10 @@ class ArmResult:
             max(0, min(r.seen_before, r.prompt_tokens) - (r.cached_tokens or 0)) for r in recs
         )
         seen = sum(min(r.seen_before, r.prompt_tokens) for r in recs)
+        repeated_blocks = sum(
+            max(0, cacheable(r.seen_before, r.prompt_tokens, block) - (r.cached_tokens or 0))
+            for r in recs
+        )
         hits = sum(d.get("vllm:prefix_cache_hits_total", 0.0) for d in self.metrics_delta)
         queries = sum(d.get("vllm:prefix_cache_queries_total", 0.0) for d in self.metrics_delta)
         n = len(urls)
@@ -143,6 +155,7 @@ class ArmResult:
             "generated_tokens": sum(r.generated for r in recs),
             "uncached_prefill_tokens": prompt - cached if cached_known else None,
             "repeated_prefill_tokens": repeated if cached_known else None,
+            "repeated_prefill_tokens_full_blocks": repeated_blocks if cached_known else None,
             "earlier_turn_tokens": seen,
             "hit_rate": round(hits / queries, 4) if queries else None,
             "hit_rate_per_request": round(cached / prompt, 4) if prompt and cached_known else None,
@@ -151,11 +164,17 @@ class ArmResult:
             "imbalance_max_over_min": round(hi / lo, 3) if lo > 0 else None,
             "inflight_peak_per_server": [max((s[i] for s in self.samples), default=0) for i in range(n)],
             "requests_per_server": per_server,
+            "requests_imbalance_max_over_min": _ratio(per_server),
         }
         if self.error:
             out["error"] = self.error
         out.update(self.extra)
         return out
+
+
+def _ratio(values: Sequence[int]) -> float | None:
+    smallest = min(values, default=0)
+    return round(max(values) / smallest, 3) if smallest > 0 else None
 
 
 # ---------------------------------------------------------------------- server metrics

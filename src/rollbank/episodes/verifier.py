@@ -4,10 +4,12 @@ Owns: the verifier protocol shared by Harbor and Terminal-Bench 1 tasks and its 
 :class:`~rollbank.episodes.outcome.EpisodeOutcome`.
 
 Sequence (:func:`run_verifier`, called only after the agent finished)
-1. stop every process the agent left behind (SIGKILL to every pid of the sandbox but pid 1,
-   the backend's ``sleep infinity`` anchor and the reset shell: a background loop must not
-   rewrite the reward), remove ``/tests``, ``/logs/verifier`` and the shim
-   directory, recreate them empty;
+1. remove ``/tests``, ``/logs/verifier`` and the shim directory and recreate them empty
+   (``/logs`` if it is a symlink is replaced). Processes the agent left running are NOT
+   stopped by default: tasks about services on loopback need them during verification.
+   ``kill_leftovers=True`` SIGKILLs every pid of the sandbox but pid 1, the backend's
+   ``sleep infinity`` anchor and the reset shell, for tasks where nothing may keep running
+   (a background loop could otherwise rewrite the reward file — a known loophole);
 2. write the task's tests (and e.g. TB1's run-tests.sh) into the fresh ``/tests`` through the
    Sandbox API — the agent never saw them and cannot alter them — and the offline shims
    (:mod:`rollbank.tasks.shims`);
@@ -24,9 +26,11 @@ exit 0 but no reward -> ``verifier_no_reward``; otherwise ``verified_pass`` when
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import shlex
+import tempfile
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -157,10 +161,29 @@ def _files(root: Path) -> list[tuple[str, Path]]:
     return [(p.relative_to(root).as_posix(), p) for p in sorted(root.rglob("*")) if p.is_file()]
 
 
+def _stage(root: Path, files: list[tuple[str, bytes, int]]) -> None:
+    root.chmod(0o755)
+    for rel, data, mode in files:
+        dst = root / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        for parent in dst.relative_to(root).parents:
+            (root / parent).chmod(0o755)
+        dst.write_bytes(data)
+        dst.chmod(mode)
+
+
 async def _write_tree(sandbox: Sandbox, files: list[tuple[str, Path]], dest: str) -> None:
-    for rel, path in files:
-        mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-        await sandbox.write_file(f"{dest}/{rel}", path.read_bytes(), mode=mode)
+    """Copy host files (symlinks followed) to ``dest`` in one upload."""
+    await _upload(sandbox, [(rel, path.read_bytes(), 0o755 if path.stat().st_mode & 0o111 else 0o644)
+                            for rel, path in files], dest)
+
+
+async def _upload(sandbox: Sandbox, files: list[tuple[str, bytes, int]], dest: str) -> None:
+    if not files:
+        return
+    with tempfile.TemporaryDirectory(prefix="rollbank-verifier-") as tmp:
+        await asyncio.to_thread(_stage, Path(tmp), files)
+        await sandbox.upload(Path(tmp), dest)
 
 
 async def _read_optional(sandbox: Sandbox, path: str) -> str | None:
@@ -171,7 +194,7 @@ async def _read_optional(sandbox: Sandbox, path: str) -> str | None:
     return data.decode("utf-8", "replace")
 
 
-async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = True) -> ExecResult:
+async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = False) -> ExecResult:
     """Steps 1-2: clear the stage and write tests and shims (agent must have finished)."""
     reset = ((KILL_LEFTOVERS if kill_leftovers else "")
              + f"rm -rf /tests {SHIM_DIR}; [ -L /logs ] && rm -f /logs; rm -rf /logs/verifier; "
@@ -179,15 +202,14 @@ async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = True) 
     res = await sandbox.exec(["/bin/sh", "-c", reset], timeout_s=60)
     if res.exit_code != 0:
         return res
-    await _write_tree(sandbox, _files(task.tests_dir), "/tests")
-    await _write_tree(sandbox, list(task.extra_test_files), "/tests")
-    for name, (data, mode) in shim_files().items():
-        await sandbox.write_file(f"{SHIM_DIR}/{name}", data, mode=mode)
+    await _write_tree(sandbox, _files(task.tests_dir) + list(task.extra_test_files), "/tests")
+    await _upload(sandbox, [(name, data, mode) for name, (data, mode) in shim_files().items()],
+                  SHIM_DIR)
     return res
 
 
 async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None,
-                       kill_leftovers: bool = True) -> VerifierResult:
+                       kill_leftovers: bool = False) -> VerifierResult:
     """Run the task's verifier in ``sandbox`` (after the agent finished) and classify it."""
     prep = await prepare(sandbox, task, kill_leftovers=kill_leftovers)
     if prep.exit_code != 0:

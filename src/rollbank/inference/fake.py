@@ -322,7 +322,6 @@ class FakeInferenceServer:
         if self._dead:
             raise EngineDeadError("engine is dead", server=self.base_url, request_id=req.request_id)
         prompt = list(req.prompt_token_ids)
-        sp = req.sampling
         if not prompt:
             raise BadRequestError("prompt is empty", server=self.base_url, request_id=req.request_id)
         if len(prompt) > self.max_model_len:  # as vLLM: a too-long prompt is an error...

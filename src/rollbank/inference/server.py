@@ -46,36 +46,36 @@ from rollbank.inference.vllm_client import VLLMClient
 class ServerConfig(Section):
     """How to run the managed vLLM servers."""
 
-    model: str = Field("tiny", description="'tiny', 'gemma-3-270m', or a local HF model folder")
-    num_servers: int = Field(1, ge=1, le=64, description="number of vLLM server processes")
-    host: str = Field("127.0.0.1", description="address the servers bind to")
+    model: str = Field(default="tiny", description="'tiny', 'gemma-3-270m', or a local HF model folder")
+    num_servers: int = Field(default=1, ge=1, le=64, description="number of vLLM server processes")
+    host: str = Field(default="127.0.0.1", description="address the servers bind to")
     port: int | None = Field(
-        None, ge=1, le=65535, description="port of server 0 (server i gets port+i); None: free ports"
+        default=None, ge=1, le=65535, description="port of server 0 (server i gets port+i); None: free ports"
     )
-    max_model_len: int = Field(2048, ge=64, description="--max-model-len (prompt + generation)")
-    max_logprobs: int = Field(20, ge=1, description="--max-logprobs")
-    kv_cache_gib: float = Field(2.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE per server (GiB)")
-    seed: int = Field(0, description="--seed of every server (never sent per request: it kills vLLM CPU 0.32)")
-    dtype: str | None = Field(None, description="--dtype; None: the model config's dtype")
+    max_model_len: int = Field(default=2048, ge=64, description="--max-model-len (prompt + generation)")
+    max_logprobs: int = Field(default=20, ge=1, description="--max-logprobs")
+    kv_cache_gib: float = Field(default=2.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE per server (GiB)")
+    seed: int = Field(default=0, description="--seed of every server (never sent per request: it kills vLLM CPU 0.32)")
+    dtype: str | None = Field(default=None, description="--dtype; None: the model config's dtype")
     block_size: int | None = Field(
-        None, ge=1, description="--block-size (KV/prefix-cache block); None: vLLM's default (128 on CPU)"
+        default=None, ge=1, description="--block-size (KV/prefix-cache block); None: vLLM's default (128 on CPU)"
     )
-    enable_lora: bool = Field(False, description="start with --enable-lora (runtime LoRA loading)")
-    max_lora_rank: int = Field(8, ge=1, description="--max-lora-rank when LoRA is enabled")
-    max_loras: int = Field(2, ge=1, description="--max-loras when LoRA is enabled")
+    enable_lora: bool = Field(default=False, description="start with --enable-lora (runtime LoRA loading)")
+    max_lora_rank: int = Field(default=8, ge=1, description="--max-lora-rank when LoRA is enabled")
+    max_loras: int = Field(default=2, ge=1, description="--max-loras when LoRA is enabled")
     omp_threads_bind: list[str] | None = Field(
-        None,
+        default=None,
         description="VLLM_CPU_OMP_THREADS_BIND per server; None: one server uses all cores, "
         "several servers get core i % cores each",
     )
-    startup_timeout_s: float = Field(600.0, gt=0, description="max wait for a server to turn healthy")
-    health_interval_s: float = Field(2.0, gt=0, description="supervisor check period")
-    unhealthy_after: int = Field(3, ge=1, description="consecutive failed health checks that mean dead")
-    max_restarts: int = Field(3, ge=0, description="restarts per server before giving up")
-    stop_timeout_s: float = Field(15.0, gt=0, description="SIGTERM grace before SIGKILL on stop")
-    run_dir: Path | None = Field(None, description="where server logs go; None: cache_dir()/runs/serve-<time>")
+    startup_timeout_s: float = Field(default=600.0, gt=0, description="max wait for a server to turn healthy")
+    health_interval_s: float = Field(default=2.0, gt=0, description="supervisor check period")
+    unhealthy_after: int = Field(default=3, ge=1, description="consecutive failed health checks that mean dead")
+    max_restarts: int = Field(default=3, ge=0, description="restarts per server before giving up")
+    stop_timeout_s: float = Field(default=15.0, gt=0, description="SIGTERM grace before SIGKILL on stop")
+    run_dir: Path | None = Field(default=None, description="where server logs go; None: cache_dir()/runs/serve-<time>")
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM command-line flags")
-    python: str | None = Field(None, description="python running vLLM; None: this interpreter")
+    python: str | None = Field(default=None, description="python running vLLM; None: this interpreter")
 
 
 # Process groups still alive, killed at interpreter exit whatever happened.
@@ -115,6 +115,7 @@ class ServerState:
     startup_s: list[float] = field(default_factory=list)
     failed_checks: int = 0
     dead_reason: str | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one check/restart at a time
 
 
 class ManagedServers:
@@ -151,8 +152,10 @@ class ManagedServers:
             async with asyncio.TaskGroup() as tg:
                 for s in self.servers:
                     tg.create_task(self._start(s))
-        except BaseException:
+        except BaseException as exc:
             await self._stop_all()
+            if isinstance(exc, ExceptionGroup):  # one clear error for callers and the CLI
+                raise exc.exceptions[0] from exc
             raise
         self._supervisor = asyncio.create_task(self._supervise(), name="rollbank-vllm-supervisor")
         return self
@@ -259,10 +262,8 @@ class ManagedServers:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), self.config.stop_timeout_s)
-            except TimeoutError:
-                pass
         # The group may hold engine processes even after the API server exited.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
@@ -285,13 +286,17 @@ class ManagedServers:
         while True:
             await asyncio.sleep(self.config.health_interval_s)
             for s in self.servers:
-                reason = await self._check(s)
-                if reason is None:
-                    continue
                 try:
-                    await self._restart(s, reason)
+                    await self._check_and_restart(s)
                 except Exception as exc:  # recorded; the server stays dead
                     self.events.append({"event": "restart_failed", "server": s.index, "error": repr(exc)})
+
+    async def _check_and_restart(self, s: ServerState) -> str | None:
+        async with s.lock:
+            reason = await self._check(s)
+            if reason is not None:
+                await self._restart(s, reason)
+            return reason
 
     async def _check(self, s: ServerState) -> str | None:
         if s.process is None:
@@ -324,11 +329,7 @@ class ManagedServers:
 
     async def check_now(self) -> list[str | None]:
         """Run one supervision round immediately; returns each server's death reason."""
-        reasons = [await self._check(s) for s in self.servers]
-        for s, r in zip(self.servers, reasons, strict=True):
-            if r is not None:
-                await self._restart(s, r)
-        return reasons
+        return [await self._check_and_restart(s) for s in self.servers]
 
     # ------------------------------------------------------------------ fleet operations
     async def reload_weights(self, weights_path: str, *, version: int) -> None:

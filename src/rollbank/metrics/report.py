@@ -115,7 +115,9 @@ def bank_fill(events: Sequence[dict[str, Any]], t0: float) -> str:
             batches.append((float(e["t"]) - t0, int(e.get("groups", 0))))
     fig, ax = plt.subplots(figsize=(9, 4))
     ready.sort()
-    ax.step(ready, range(1, len(ready) + 1), where="post", label="groups ready (cumulative)")
+    end = max([*ready, *(t for t, _ in batches), 0.0])
+    ax.step([0.0, *ready, end], [0, *range(1, len(ready) + 1), len(ready)], where="post",
+            label="groups ready (cumulative)")
     taken, xs, ys = 0, [0.0], [0]
     for t, g in batches:
         xs += [t, t]

@@ -66,7 +66,7 @@ class WarmPool:
         self.stats = PoolStats()
         self._snaps: dict[str, asyncio.Future[Snapshot]] = {}
         self._stock: dict[str, list[Sandbox]] = {}
-        self._refilling: set[str] = set()
+        self._refilling: dict[str, asyncio.Task[None]] = {}  # key -> its running refill
         self._tg: asyncio.TaskGroup | None = None
         self._refill_sem = asyncio.Semaphore(self.config.max_refills)
         self._closing = False
@@ -161,8 +161,7 @@ class WarmPool:
     def _schedule_refill(self, key: str, snap: Snapshot) -> None:
         if self.config.prestart == 0 or key in self._refilling or self._closing:
             return
-        self._refilling.add(key)
-        self._spawn(self._refill(key, snap))
+        self._refilling[key] = self._spawn(self._refill(key, snap))
 
     async def _refill(self, key: str, snap: Snapshot) -> None:
         try:
@@ -185,20 +184,25 @@ class WarmPool:
                     return
                 self._stock.setdefault(key, []).extend(new)
         finally:
-            self._refilling.discard(key)
+            self._refilling.pop(key, None)
 
     async def prewarm(self, key: str, spec: SandboxSpec) -> None:
         """Make the key's snapshot and fill its stock now (waits for the refill)."""
         snap = await self.snapshot(key, spec)
-        if self.config.prestart and key not in self._refilling:
-            self._refilling.add(key)
-            await self._refill(key, snap)
+        running = self._refilling.get(key)
+        if running is not None:
+            await asyncio.wait({running})
+        if self.config.prestart and self.stocked(key) < self.config.prestart:
+            task = self._spawn(self._refill(key, snap))
+            self._refilling[key] = task
+            await asyncio.wait({task})
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         assert self._tg is not None
         task = self._tg.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def stocked(self, key: str) -> int:
         return len(self._stock.get(key, []))

@@ -9,8 +9,8 @@ Semantics (what each instruction does here)
 - FROM: one stage only (``AS name`` is allowed, a second FROM is an error); mapped to a Debian
   base, approximations reported. ``--platform`` is ignored with a note.
 - RUN (shell form via SHELL, default ``/bin/sh -c``; exec form; here-documents), WORKDIR
-  (``mkdir -p``), COPY and ADD (local files, globs, directories, ``--chown``/``--chmod``; a
-  local tar archive given to ADD is extracted): each one layer.
+  (``mkdir -p``), COPY and ADD (local files, see :mod:`rollbank.tasks.copystep`): each one
+  layer.
 - ENV, ARG (defaults; no build-args), USER (later RUN steps run through ``runuser``), SHELL:
   change state only. LABEL, EXPOSE, CMD, ENTRYPOINT, STOPSIGNAL, HEALTHCHECK, VOLUME,
   MAINTAINER, ONBUILD: recorded in ``BuiltEnvironment.notes``, no effect.
@@ -27,15 +27,14 @@ Invariants
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
-import glob
 import hashlib
 import json
 import os
 import posixpath
 import re
 import shutil
-import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,22 +43,19 @@ from pydantic import Field
 
 from rollbank.config import Section, cache_dir
 from rollbank.errors import BuildError
-from rollbank.tasks import bases, buildsandbox
+from rollbank.tasks import bases, buildsandbox, copystep, shims
 from rollbank.tasks import dockerfile as df
 from rollbank.tasks.model import Task
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
-COPY_FLAGS = {"chown", "chmod", "link"}
-ADD_FLAGS = {"chown", "chmod", "link"}
-CTX, STAGE = "/run/rollbank-ctx", "/run/rollbank-stage"
+PYTHON_IMAGE = re.compile(r"(^|/)python(:|$)|/python-3-\d+")
 
 
 class BuilderConfig(Section):
     """How environments are built."""
 
-    network: bool = Field(True, description="Let RUN steps reach the network (package registries).")
-    cache_root: str | None = Field(None, description="Where layers are cached (default <ROLLBANK_CACHE>/layers).")
+    network: bool = Field(default=True, description="Let RUN steps reach the network (package registries).")
+    cache_root: str | None = Field(default=None, description="Where layers are cached (default <ROLLBANK_CACHE>/layers).")
 
 
 @dataclass(frozen=True)
@@ -88,6 +84,7 @@ class _State:
     hashes: list[str]
     env: dict[str, str] = field(default_factory=lambda: {"PATH": DEFAULT_PATH})
     args: dict[str, str] = field(default_factory=dict)
+    global_args: dict[str, str] = field(default_factory=dict)  # ARGs declared before FROM
     workdir: str = "/"
     user: str | None = None
     shell: list[str] = field(default_factory=lambda: ["/bin/sh", "-c"])
@@ -105,7 +102,15 @@ class EnvironmentBuilder:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
 
+    async def build_async(self, task: Task) -> BuiltEnvironment:
+        """:meth:`build` in a worker thread (builds block on subprocesses and locks)."""
+        return await asyncio.to_thread(self.build, task)
+
     def build(self, task: Task) -> BuiltEnvironment:
+        """Build (or find cached) every layer of ``task``'s environment.
+
+        Raises :class:`BuildError` naming the Dockerfile and line; leaves no temp state.
+        """
         start = time.monotonic()
         if task.dockerfile is not None:
             file = task.dockerfile
@@ -132,7 +137,13 @@ class EnvironmentBuilder:
                     raise BuildError(f"{ins.keyword} before FROM", file=file, line=ins.line)
                 base_image, base = self._from(ins, pre_args, file)
                 approximations += base.approximations
-                st = _State(file, base.digest, [base.path], [base.digest])
+                st = _State(file, base.digest, [base.path], [base.digest], global_args=dict(pre_args))
+                if PYTHON_IMAGE.search(base_image):
+                    # python:* images have `python` and `pip`; Debian has python3/pip3 only.
+                    compat = "ln -sf /usr/bin/python3 /usr/local/bin/python && ln -sf /usr/bin/pip3 /usr/local/bin/pip"
+                    self._layer(task, st, df.Instruction("RUN", compat, 0, (), compat),
+                                ["/bin/sh", "-c", compat], {"compat": compat}, deadline)
+                    st.notes.append("python image: /usr/local/bin/python and pip link to python3/pip3")
                 if (task.context_dir / ".dockerignore").exists():
                     st.notes.append(".dockerignore is not applied (every context file is visible)")
                 continue
@@ -168,7 +179,9 @@ class EnvironmentBuilder:
                 st.env[k] = df.substitute(v, {**st.args, **st.env})
         elif kw == "ARG":
             for k, v in df.parse_key_values(ins.args, keyword="ARG", file=file, line=line):
-                st.args[k] = df.substitute(v, scope)
+                # `ARG X` after FROM takes the default of a global `ARG X=...` (as Docker does)
+                default = st.global_args.get(k, "") if "=" not in ins.args else v
+                st.args[k] = df.substitute(default, scope)
         elif kw == "USER":
             st.user = df.substitute(ins.args, scope).strip() or None
             if st.user in ("root", "0", "0:0", "root:root"):
@@ -196,7 +209,7 @@ class EnvironmentBuilder:
         argv = ins.exec_form()
         if argv is None:
             text = ins.rest
-            if ins.heredocs and re.fullmatch(r"<<-?([\"']?)%s\1" % ins.heredocs[0].name, text.strip()):
+            if ins.heredocs and re.fullmatch(rf"<<-?([\"']?){ins.heredocs[0].name}\1", text.strip()):
                 text = ins.heredocs[0].body  # `RUN <<EOF`: the body is the script
             elif ins.heredocs:
                 text = text + "\n" + "".join(f"{h.body}{h.name}\n" for h in ins.heredocs)
@@ -206,97 +219,34 @@ class EnvironmentBuilder:
         self._layer(task, st, ins, argv, {"argv": argv}, budget)
 
     def _copy(self, task: Task, st: _State, ins: df.Instruction, budget: float) -> None:
-        kw, file, line = ins.keyword, st.file, ins.line
-        scope = {**st.args, **st.env}
-        flags = dict(ins.flags)
-        for name in flags:
-            if name == "from":
-                raise BuildError(f"{kw} --from (multi-stage) is not supported", file=file, line=line)
-            if name not in (COPY_FLAGS if kw == "COPY" else ADD_FLAGS):
-                raise BuildError(f"{kw} --{name} is not supported", file=file, line=line)
-        words = [df.substitute(w, scope) for w in df.split_words(ins.rest, keyword=kw, file=file, line=line)]
-        if len(words) < 2 and not (ins.heredocs and words):
-            raise BuildError(f"{kw} needs a source and a destination", file=file, line=line)
-        dest = words[-1]
-        if not dest.startswith("/"):
-            dest = posixpath.join(st.workdir, dest)
-        many = len(words) > 2 or words[-1].endswith("/")
-        ctx = task.context_dir.resolve()
-        scratch = self._scratch(st)
-        stage = scratch / "stage"
-        stage.mkdir(parents=True)
-        h = hashlib.sha256()
-        script = ["set -e"]
+        scratch = self._scratch_dir()
         try:
-            items: list[tuple[str, bool]] = []  # (path inside the sandbox, is a directory)
-            for i, src in enumerate(words[:-1]):
-                doc = next((d for d in ins.heredocs if src in (f"<<{d.name}", f"<<-{d.name}")), None)
-                if doc is not None:
-                    body = df.substitute(doc.body, scope) if doc.expand else doc.body
-                    (stage / f"doc{i}").mkdir()
-                    (stage / f"doc{i}" / doc.name).write_text(body)
-                    h.update(f"doc\0{doc.name}\0{body}".encode())
-                    items.append((f"{STAGE}/doc{i}/{doc.name}", False))
-                    continue
-                if "://" in src:
-                    raise BuildError(f"{kw} of a URL ({src}) is not supported offline", file=file, line=line)
-                for match in self._expand(ctx, src, kw, file, line):
-                    rel = match.relative_to(ctx).as_posix() if match != ctx else "."
-                    h.update(f"src\0{rel}\0".encode())
-                    _hash_tree(match, h)
-                    if kw == "ADD" and match.is_file() and match.name.endswith(TAR_SUFFIXES):
-                        out = stage / f"tar{i}-{len(items)}"
-                        out.mkdir()
-                        _extract(match, out, file, line)
-                        items.append((f"{STAGE}/{out.name}", True))
-                    else:
-                        items.append((f"{CTX}/{rel}", match.is_dir()))
-            many = many or len(items) > 1
-            q = _q
-            for path, is_dir in items:
-                if is_dir:
-                    script.append(f"mkdir -p {q(dest)} && cp -a {q(path + '/.')} {q(dest + '/')}")
-                    targets = f"(cd {q(path)} && find . -mindepth 1) | (cd {q(dest)} && xargs -r -d '\\n' %s)"
-                elif many:
-                    script.append(f"mkdir -p {q(dest)} && cp -a {q(path)} {q(dest + '/')}")
-                    targets = f"%s {q(posixpath.join(dest, posixpath.basename(path)))}"
-                else:
-                    script.append(f"if [ -d {q(dest)} ]; then cp -a {q(path)} {q(dest + '/')}; else "
-                                  f"mkdir -p {q(posixpath.dirname(dest) or '/')} && cp -a {q(path)} {q(dest)}; fi")
-                    targets = f"if [ -d {q(dest)} ]; then %s {q(posixpath.join(dest, posixpath.basename(path)))}; else %s {q(dest)}; fi"
-                for flag, cmd in (("chown", "chown -h"), ("chmod", "chmod")):
-                    if flags.get(flag):
-                        op = f"{cmd} {q(df.substitute(flags[flag], scope))}"
-                        script.append(targets.replace("%s", op))
-            h.update(json.dumps(sorted(flags.items())).encode())
-            binds = [(ctx, CTX), (stage, STAGE)]
-            self._layer(task, st, ins, ["/bin/sh", "-c", "\n".join(script)],
-                        {"dest": dest, "sources": h.hexdigest(), "script": script}, budget,
-                        workdir="/", binds=binds, scratch=scratch)
+            plan = copystep.plan(ins, context=task.context_dir, stage=scratch / "stage",
+                                 workdir=st.workdir, scope={**st.args, **st.env}, file=st.file)
+            self._layer(task, st, ins, ["/bin/sh", "-c", "\n".join(plan.script)],
+                        {"dest": plan.dest, "sources": plan.digest, "script": plan.script}, budget,
+                        workdir="/", binds=plan.binds, scratch=scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _expand(self, ctx: Path, src: str, kw: str, file: Path, line: int) -> list[Path]:
-        norm = posixpath.normpath(src.lstrip("/")) if not src.startswith("/") else None
-        if norm is None or norm == ".." or norm.startswith("../"):
-            raise BuildError(f"{kw} source {src!r} escapes the build context {ctx}", file=file, line=line)
-        matches = sorted(glob.glob(str(ctx / norm))) if glob.has_magic(norm) else [str(ctx / norm)]
-        out = []
-        for m in matches:
-            p = Path(m)
-            if not p.exists():
-                raise BuildError(f"{kw} source {src!r} not found in {ctx}", file=file, line=line)
-            resolved = p.resolve()
-            if resolved != ctx and ctx not in resolved.parents:
-                raise BuildError(f"{kw} source {src!r} escapes the build context (-> {resolved})",
-                                 file=file, line=line)
-            out.append(resolved)
-        if not out:
-            raise BuildError(f"{kw} source {src!r} matches no file", file=file, line=line)
-        return out
-
     # ------------------------------------------------------------------ layers
-    def _scratch(self, st: _State) -> Path:
+    def _shims(self) -> Path:
+        """The build-time shims (:func:`rollbank.tasks.shims.build_shim_files`) on the host."""
+        files = shims.build_shim_files()
+        digest = hashlib.sha256(json.dumps(sorted((k, v[0].hex()) for k, v in files.items())).encode())
+        target = self.root / f".build-shims-{digest.hexdigest()[:16]}"
+        if not target.is_dir():
+            tmp = self._scratch_dir()
+            for name, (data, mode) in files.items():
+                (tmp / name).write_bytes(data)
+                (tmp / name).chmod(mode)
+            try:
+                tmp.rename(target)
+            except OSError:  # another builder won the race: same content
+                shutil.rmtree(tmp, ignore_errors=True)
+        return target
+
+    def _scratch_dir(self) -> Path:
         d = self.root / f".tmp-{os.getpid()}-{time.monotonic_ns()}"
         d.mkdir()
         return d
@@ -329,7 +279,7 @@ class EnvironmentBuilder:
             if target.exists():
                 return
             own = scratch is None
-            work = scratch or self._scratch(st)
+            work = scratch or self._scratch_dir()
             try:
                 remaining = budget - st.run_s
                 if remaining <= 0:
@@ -337,7 +287,8 @@ class EnvironmentBuilder:
                                      file=st.file, line=ins.line or None)
                 res = buildsandbox.run_step(lowers=st.layers, scratch=work, argv=argv, env=env,
                                             workdir=workdir, timeout_s=remaining, binds=binds or (),
-                                            network=self.config.network, log=work / "log")
+                                            network=self.config.network, shims=self._shims(),
+                                            log=work / "log")
                 st.run_s += res.duration_s
                 where = f"{ins.keyword} {ins.args[:120]}"
                 if res.timed_out:
@@ -361,26 +312,3 @@ class EnvironmentBuilder:
                 else:
                     for sub in ("upper", "work", "merged"):
                         shutil.rmtree(work / sub, ignore_errors=True)
-
-
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "'\"'\"'") + "'"
-
-
-def _hash_tree(path: Path, h: hashlib._Hash) -> None:
-    paths = [path] if not path.is_dir() else sorted(p for p in path.rglob("*"))
-    for p in paths:
-        st = p.lstat()
-        h.update(f"{p.relative_to(path) if p != path else ''}\0{st.st_mode}\0".encode())
-        if p.is_symlink():
-            h.update(os.readlink(p).encode())
-        elif p.is_file():
-            h.update(p.read_bytes())
-
-
-def _extract(archive: Path, out: Path, file: Path, line: int) -> None:
-    try:
-        with tarfile.open(archive) as tf:
-            tf.extractall(out, filter="tar")
-    except (tarfile.TarError, OSError) as exc:
-        raise BuildError(f"ADD {archive.name}: cannot extract: {exc}", file=file, line=line) from exc

@@ -18,6 +18,7 @@ Invariants
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollbank.errors import BuildError
+from rollbank.tasks.shims import BUILD_SHIM_DIR
 
 RESOLV = Path("/etc/resolv.conf")
 
@@ -59,12 +61,15 @@ def run_step(
     timeout_s: float,
     binds: Sequence[tuple[Path, str]] = (),
     network: bool = True,
+    shims: Path | None = None,
     log: Path,
 ) -> StepResult:
     """Run ``argv`` over ``lowers`` (lowest first); writes land in ``scratch/upper``.
 
     ``binds`` are host directories bound read-only under ``/run`` (which is a tmpfs for the
-    step when binds are given, so the mount points never reach the layer).
+    step when binds are given, so the mount points never reach the layer). ``shims`` is bound
+    at :data:`~rollbank.tasks.shims.BUILD_SHIM_DIR` and put first on PATH (not part of the
+    layer key: it changes how the registries are reached, not what is asked for).
     """
     check_tools()
     upper, work, merged = scratch / "upper", scratch / "work", scratch / "merged"
@@ -81,6 +86,13 @@ def run_step(
              "--die-with-parent", "--new-session", "--cap-add", "ALL", "--clearenv"]
     if not network:
         bwrap.append("--unshare-net")
+    env = dict(env)
+    if shims is not None:
+        bwrap += ["--ro-bind", str(shims), BUILD_SHIM_DIR]
+        env["PATH"] = f"{BUILD_SHIM_DIR}:{env.get('PATH', '/usr/bin:/bin')}"
+        # uv bundles its own CA roots; the registries may sit behind the host's TLS proxy
+        # whose CA only the system store (copied into the base) trusts.
+        env.setdefault("UV_NATIVE_TLS", "1")
     if RESOLV.exists():
         bwrap += ["--ro-bind", str(RESOLV.resolve()), "/etc/resolv.conf"]
     if binds:
@@ -105,10 +117,8 @@ def run_step(
             timed_out = True
         finally:
             if proc.returncode is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 proc.wait()
     duration = time.monotonic() - start
     return StepResult(None if timed_out else proc.returncode, timed_out, duration, tail(log))

@@ -33,9 +33,9 @@ IGNORED_NAMES = frozenset({".git", "__pycache__", ".pytest_cache", ".DS_Store"})
 class LoaderConfig(Section):
     """Limits the task loaders enforce."""
 
-    max_file_mb: float = Field(50.0, gt=0, description="Largest single file allowed in a task folder (MiB).")
-    max_total_mb: float = Field(500.0, gt=0, description="Largest total size of a task folder (MiB).")
-    max_text_kb: int = Field(1024, gt=0, description="Largest instruction / task.toml / task.yaml (KiB).")
+    max_file_mb: float = Field(default=50.0, gt=0, description="Largest single file allowed in a task folder (MiB).")
+    max_total_mb: float = Field(default=500.0, gt=0, description="Largest total size of a task folder (MiB).")
+    max_text_kb: int = Field(default=1024, gt=0, description="Largest instruction / task.toml / task.yaml (KiB).")
 
 
 def scan(root: Path, config: LoaderConfig) -> str:
@@ -55,7 +55,7 @@ def scan(root: Path, config: LoaderConfig) -> str:
         rel = path.relative_to(root).as_posix()
         st = path.lstat()
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(path)
+            target = str(path.readlink())
             check_inside(root, path, what="symlink")
             h.update(f"L\0{rel}\0{target}\0".encode())
         elif stat.S_ISREG(st.st_mode):

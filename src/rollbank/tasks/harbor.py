@@ -72,6 +72,8 @@ def load(path: Path, config: LoaderConfig | None = None) -> Task:
     else:
         folder.check_inside(root, dockerfile, what="Dockerfile")
         folder.check_dockerfile(dockerfile, env_dir)
+    compose_ignored = dockerfile is not None and any(
+        (env_dir / n).exists() for n in ("docker-compose.yaml", "docker-compose.yml"))
 
     solution = root / "solution" / "solve.sh"
     if solution.exists() or solution.is_symlink():
@@ -80,6 +82,8 @@ def load(path: Path, config: LoaderConfig | None = None) -> Task:
         solution = None  # type: ignore[assignment]
 
     warnings: list[str] = []
+    if compose_ignored:
+        warnings.append("environment/docker-compose.yaml ignored: built from environment/Dockerfile")
     task = Task(
         task_id=root.name,
         path=root,
@@ -118,8 +122,6 @@ def load(path: Path, config: LoaderConfig | None = None) -> Task:
     for table in (top, meta, agent, verifier, envt, solution_t):
         known = KNOWN_TOP if table is top else KNOWN_META if table is meta else set()
         for key, value in table.unknown(known).items():
-            if table is top and isinstance(value, dict) and key in KNOWN_TOP:
-                continue
             extra[key] = value
             warnings.append(f"{toml_path.name}: unknown key {key!r} kept, not used")
     return dataclasses.replace(task, extra=extra, warnings=tuple(warnings))

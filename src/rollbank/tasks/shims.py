@@ -15,14 +15,15 @@ What is shimmed (nothing else is rewritten; the test script itself is never edit
   fails offline, honestly).
 - ``curl`` / ``wget``: a request for the astral.sh uv installer (``astral.sh/uv`` or
   ``.../uv/.../install.sh``) returns a small installer script instead, which links ``uv``/
-  ``uvx`` into ``$HOME/.local/bin`` and writes ``$HOME/.local/bin/env`` (adds that directory to
-  PATH, as uv's own does). Every other request runs the real program.
+  ``uvx`` into ``$HOME/.local/bin`` and writes ``$HOME/.local/bin/env`` and ``$HOME/.cargo/env``
+  (add that directory to PATH, as uv's own installers do). Every other request runs the real program.
 - ``uv`` / ``uvx``: ``uvx``/``uv tool run`` [``--with REQ``...] TOOL ARGS and ``uv run``:
   requirements already installed (any version; a different version is reported on stderr) are
   dropped, missing ones go to ``python3 -m pip install`` (fails offline, honestly), then TOOL
   runs (``pytest`` as ``python3 -m pytest``). ``uv venv DIR`` = ``python3 -m venv
   --system-site-packages --without-pip`` (so the base's pytest is visible); ``uv pip install``
-  and ``uv add`` = the same requirement filtering; ``uv init``/``sync``/``lock`` do nothing.
+  and ``uv add`` = the same requirement filtering; ``uv init``/``sync``/``lock``/``python``/``cache``
+  do nothing.
 - ``pip`` / ``pip3``: ``install`` with the same filtering, else ``python3 -m pip``.
 - ``rollbank-tb1-verify CMD...``: runs CMD, keeps its output in
   ``/logs/verifier/test-output.txt``, parses pytest's ``-rA`` summary and writes
@@ -159,7 +160,7 @@ def main():
     if cmd == "add":
         opts, pos = split_opts(rest, collect=())
         return ensure(pos)
-    if cmd in ("init", "sync", "lock"):
+    if cmd in ("init", "sync", "lock", "python", "cache"):
         note(f"uv {cmd} skipped (offline)"); return
     if cmd == "run":
         opts, pos = split_opts(rest)
@@ -197,6 +198,7 @@ cat > "$HOME/.local/bin/env" <<'EOF'
 #!/bin/sh
 case ":${PATH}:" in *:"$HOME/.local/bin":*) ;; *) export PATH="$HOME/.local/bin:$PATH";; esac
 EOF
+mkdir -p "$HOME/.cargo" && cp "$HOME/.local/bin/env" "$HOME/.cargo/env"
 echo "[rollbank shim] uv installer replaced by the offline shim" >&2
 '''
 
@@ -221,8 +223,9 @@ exec __REAL__ "$@"
 _TB1 = r'''#!/usr/bin/env python3
 """rollbank-tb1-verify: run a Terminal-Bench 1 test command, turn pytest -rA into a reward."""
 import os, re, subprocess, sys
-os.makedirs("/logs/verifier", exist_ok=True)
-with open("/logs/verifier/test-output.txt", "wb") as log:
+LOGS = os.environ.get("ROLLBANK_VERIFIER_LOGS", "/logs/verifier")
+os.makedirs(LOGS, exist_ok=True)
+with open(os.path.join(LOGS, "test-output.txt"), "wb") as log:
     p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     data = b""
     for chunk in iter(lambda: p.stdout.read1(65536), b""):
@@ -235,11 +238,65 @@ if not status:
     print(f"[rollbank shim] no pytest -rA summary found (exit {rc}); no reward written", file=sys.stderr)
     sys.exit(rc or 1)
 ok = "PASSED" in status and not ({"FAILED", "ERROR"} & set(status))
-with open("/logs/verifier/reward.txt", "w") as f:
+with open(os.path.join(LOGS, "reward.txt"), "w") as f:
     f.write("1\n" if ok else "0\n")
 print(f"[rollbank shim] tests: {len(status)} results, reward {1 if ok else 0}", file=sys.stderr)
 sys.exit(0)
 '''
+
+
+_BUILD_INSTALLER = r'''#!/bin/sh
+# rollbank build-time stand-in for the astral.sh uv installer: uv from PyPI instead
+set -e
+python3 -m pip install -q --no-cache-dir --disable-pip-version-check "uv__UV_PIN__"
+mkdir -p "$HOME/.local/bin"
+ln -sf "$(command -v uv)" "$HOME/.local/bin/uv"
+ln -sf "$(command -v uvx)" "$HOME/.local/bin/uvx"
+cat > "$HOME/.local/bin/env" <<'EOF'
+#!/bin/sh
+case ":${PATH}:" in *:"$HOME/.local/bin":*) ;; *) export PATH="$HOME/.local/bin:$PATH";; esac
+EOF
+mkdir -p "$HOME/.cargo" && cp "$HOME/.local/bin/env" "$HOME/.cargo/env"
+echo "[rollbank shim] uv installed from PyPI instead of astral.sh" >&2
+'''
+
+_BUILD_FETCH = r'''#!/bin/sh
+# rollbank build-time __NAME__ shim: only the astral.sh uv installer is replaced
+for a in "$@"; do
+  case "$a" in
+    *astral.sh/uv*|*/uv/*install.sh|*astral.sh/*install.sh)
+      ver="$(printf '%s' "$a" | sed -n 's#.*/uv/\([0-9][0-9.]*\)/install.sh.*#\1#p')"
+      pin=""; [ -n "$ver" ] && pin="==$ver"
+      out=""; prev=""
+      for b in "$@"; do
+        case "$prev" in -o|--output|-O) out="$b";; esac
+        case "$b" in --output=*) out="${b#--output=}";; esac
+        prev="$b"
+      done
+      if [ -n "$out" ] && [ "$out" != "-" ]; then exec >"$out"; fi
+      sed "s/__UV_PIN__/$pin/" __SHIMS__/uv-installer.sh
+      exit 0;;
+  esac
+done
+for d in /usr/local/bin /usr/bin /bin; do [ -x "$d/__NAME__" ] && exec "$d/__NAME__" "$@"; done
+echo "__NAME__: not found" >&2; exit 127
+'''
+
+#: Where the build sandbox binds :func:`build_shim_files` (``/dev`` is a fresh tmpfs in the
+#: build sandbox, so the mount point never reaches a layer); first on every RUN step's PATH.
+BUILD_SHIM_DIR = "/dev/.rollbank-build-shims"
+
+
+def build_shim_files() -> dict[str, tuple[bytes, int]]:
+    """Shims on PATH during RUN steps: ``curl``/``wget`` of the astral.sh uv installer install
+    uv from PyPI instead (the build sandbox reaches PyPI, not astral.sh); every other request
+    goes to the real program."""
+
+    def fill(text: str, name: str = "") -> bytes:
+        return text.replace("__SHIMS__", BUILD_SHIM_DIR).replace("__NAME__", name).encode()
+
+    return {"curl": (fill(_BUILD_FETCH, "curl"), 0o755), "wget": (fill(_BUILD_FETCH, "wget"), 0o755),
+            "uv-installer.sh": (fill(_BUILD_INSTALLER), 0o755)}
 
 
 def shim_files() -> dict[str, tuple[bytes, int]]:

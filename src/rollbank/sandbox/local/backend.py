@@ -13,8 +13,8 @@ Invariants
 - Nothing outlives the orchestrator: sandboxes die with the spawning thread
   (``--die-with-parent``), mounts exist only in each sandbox's mount namespace, and what a
   SIGKILLed orchestrator left behind (cgroups, snapshot dirs) is reaped by the next backend.
-- Sandboxes must be started from the thread running the event loop (``--die-with-parent`` is
-  tied to the spawning thread).
+- Sandboxes must be started from the thread running the event loop, which must outlive them
+  (``--die-with-parent`` is tied to the spawning *thread*, not the process).
 """
 
 from __future__ import annotations
@@ -24,22 +24,22 @@ import contextlib
 import os
 import shutil
 import subprocess
-import tempfile
 import uuid
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import IO
 
 from rollbank.errors import IsolationUnavailableError, SandboxError, SandboxStartError
 from rollbank.sandbox.local.cgroups import CgroupLayout, owner_alive, owner_tag, reap_dead_owners
 from rollbank.sandbox.local.config import LocalSandboxConfig
+from rollbank.sandbox.local.helper import helper_path
 from rollbank.sandbox.local.runtime import (
     NSENTER,
     SETPRIV_IN_SANDBOX,
     UNSHARE,
     init_argv,
     rlimit_shell,
+    rlimit_values,
 )
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.local.snapshot import LocalSnapshot
@@ -73,6 +73,7 @@ class LocalBackend:
     def __init__(self, config: LocalSandboxConfig | None = None) -> None:
         self.config = config or LocalSandboxConfig()
         self._layout: CgroupLayout | None = None
+        self._helper: Path | None = None
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._snapshots: dict[str, LocalSnapshot] = {}
         self._sem = asyncio.Semaphore(self.config.max_concurrent_starts)
@@ -92,7 +93,9 @@ class LocalBackend:
                 self.reap()
             self.mount_dir.mkdir(parents=True, exist_ok=True)
             self.snapshot_dir.mkdir(parents=True, exist_ok=True)
+            (self._owner_dir / "err").mkdir(parents=True, exist_ok=True)
             self._layout = CgroupLayout.detect()
+            self._helper = helper_path() if self.config.use_helper else None
         return self._layout
 
     def reap(self) -> int:
@@ -128,37 +131,39 @@ class LocalBackend:
         sbid = "b" + uuid.uuid4().hex[:12]
         cg = layout.create(sbid)
         init: subprocess.Popen[bytes] | None = None
+        errfile = self._owner_dir / "err" / sbid
         try:
             cg.set_limits(
                 memory_bytes=lim.memory_mb << 20, pids=lim.max_processes, cpus=lim.cpus
             )
             rl = rlimit_shell(open_files=lim.max_open_files, file_size_mb=lim.max_file_size_mb)
+            rv = rlimit_values(open_files=lim.max_open_files, file_size_mb=lim.max_file_size_mb)
             argv = init_argv(
                 procs_files=cg.init_procs_files(), mount_dir=self.mount_dir, layers=spec.layers,
                 storage_mb=lim.storage_mb, rlimits=rl, bwrap=self.config.bwrap,
                 hostname=spec.hostname, network=spec.network and self.config.allow_network,
+                helper=self._helper, rlimit_vals=rv,
             )
-            with tempfile.TemporaryFile() as errlog:
-                # Spawned from the loop thread: --die-with-parent follows this thread.
-                init = subprocess.Popen(  # noqa: ASYNC220
-                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog,
-                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, close_fds=True,
-                )
-                anchor = await _wait_anchor(init, errlog)
-            drop = self.config.drop_capabilities and any(
+            init = _popen_init(argv, errfile)
+            try:
+                anchor = await _wait_anchor(init, errfile)
+            finally:
+                _unlink(errfile)
+            drop = self.config.drop_capabilities and (self._helper is not None or any(
                 (layer / SETPRIV_IN_SANDBOX.lstrip("/")).exists() for layer in spec.layers
-            )
+            ))
             sb = LocalSandbox(
                 sandbox_id=sbid, spec=replace(spec, limits=lim), backend=self, init=init,
                 anchor_pid=anchor, cgroup=cg, mount_dir=self.mount_dir, rlimits=rl,
-                drop_caps=drop, budget_s=budget_s,
+                drop_caps=drop, budget_s=budget_s, helper=self._helper, rlimit_vals=rv,
             )
         except BaseException:
             cg.kill()
             if init is not None:
                 with contextlib.suppress(OSError):
                     init.kill()
-                init.wait()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    init.wait(timeout=5)
             cg.remove()
             raise
         self._sandboxes[sbid] = sb
@@ -230,23 +235,44 @@ class LocalBackend:
         await self.aclose()
 
 
-async def _wait_anchor(init: subprocess.Popen[bytes], errlog: IO[bytes]) -> int:
-    """Wait until bwrap has exec'd ``sleep`` in the sandbox; return its host pid."""
+async def _wait_anchor(init: subprocess.Popen[bytes], errfile: Path) -> int:
+    """Wait until bwrap has exec'd the anchor in the sandbox; return its host pid."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _START_TIMEOUT_S
     delay = 0.0005
     while True:
         if init.poll() is not None:
-            errlog.seek(0)
-            err = errlog.read().decode(errors="replace").strip()
-            raise SandboxStartError(f"sandbox init exited with {init.returncode}: {err[-2000:]}")
-        pid = _grandchild_sleep(init.pid)
+            err = _read_text(errfile)
+            raise SandboxStartError(f"sandbox init exited: {err[-2000:]}")
+        pid = _anchor_of(init.pid)
         if pid is not None:
             return pid
         if loop.time() > deadline:
             raise SandboxStartError(f"sandbox not ready after {_START_TIMEOUT_S:.0f} s")
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, 0.01)
+
+
+def _popen_init(argv: list[str], errfile: Path) -> subprocess.Popen[bytes]:
+    # Forked by the loop thread: bwrap's --die-with-parent follows this thread. (Forking from
+    # a spawner thread pool or a zygote process was measured here: no faster, more parts.)
+    with errfile.open("wb") as errlog:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, close_fds=True,
+        )
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def _children(pid: int) -> list[int]:
@@ -256,14 +282,19 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _grandchild_sleep(outer: int) -> int | None:
-    for inner in _children(outer):
-        for cand in _children(inner):
-            try:
-                if Path(f"/proc/{cand}/comm").read_text().strip() == "sleep":
-                    return cand
-            except OSError:
-                continue
+def _anchor_of(outer: int) -> int | None:
+    """The sandbox's pid 1 once bwrap has exec'd it (its command name is no longer bwrap)."""
+    try:
+        if Path(f"/proc/{outer}/comm").read_text().strip() != "bwrap":
+            return None  # the init has not exec'd bubblewrap yet (its children are mounts)
+    except OSError:
+        return None
+    for cand in _children(outer):
+        try:
+            if Path(f"/proc/{cand}/comm").read_text().strip() != "bwrap":
+                return cand
+        except OSError:
+            continue
     return None
 
 

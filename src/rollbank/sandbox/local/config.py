@@ -56,6 +56,11 @@ class LocalSandboxConfig(Section):
         "user namespace (via setpriv) instead of the full set of the namespace's root.",
     )
     bwrap: str = Field(default="/usr/bin/bwrap", description="Path of the bubblewrap binary.")
+    use_helper: bool = Field(
+        default=True,
+        description="Compile and use rb-helper (one process instead of sh+mount+nsenter+"
+        "setpriv per start/command); falls back to the shell path without a C compiler.",
+    )
     reap_on_start: bool = Field(
         default=True,
         description="On backend start, kill cgroups and delete snapshots left behind by "

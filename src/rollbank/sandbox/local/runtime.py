@@ -1,21 +1,26 @@
 """Command lines of the local runtime: the sandbox's init and the per-command wrapper.
 
-Owns how a sandbox is assembled from host tools (no helper binary to build):
+Owns how a sandbox is assembled. Two equivalent paths: the compiled ``rb-helper``
+(:mod:`rollbank.sandbox.local.helper`, default: one process per step) and stock tools
+(``sh``, ``mount``, ``nsenter``, ``setpriv``; used when no C compiler exists).
 
-* **init** = ``unshare --mount --propagation private /bin/sh -c INIT``. The shell joins the
-  sandbox's cgroups (``echo $$``), sets rlimits, mounts a size-limited tmpfs (the writable
-  layer) and the overlay (``lowerdir`` = the read-only layers, top first) at ``run_dir/mnt``
-  — *inside its private mount namespace only*, so the host never sees these mounts and they
-  vanish with the namespace — then execs ``bwrap``, which adds user (root mapped to root,
+* **init** (``rb-helper init`` or ``unshare --mount --propagation private /bin/sh -c ...``):
+  join the sandbox's cgroups, set rlimits, mount a size-limited tmpfs (the writable layer)
+  and the overlay (``lowerdir`` = the read-only layers, top first) at ``run_dir/mnt`` —
+  *inside a private mount namespace only*, so the host never sees these mounts and they
+  vanish with the namespace — then exec ``bwrap``, which adds user (root mapped to root,
   capabilities confined to that namespace), pid, uts, ipc, cgroup and (unless the operator
-  allows it) network namespaces, pivots into the overlay and runs ``sleep infinity`` as the
-  sandbox's anchor (bwrap's own pid 1 reaps zombies). ``--die-with-parent`` ties the whole
-  sandbox to the orchestrator thread that spawned it.
-* **exec** = ``/bin/sh -c WRAP``: joins the sandbox's cgroups and a fresh per-command group,
-  applies rlimits (open files, file size, core=0), then ``nsenter`` into the anchor's
-  namespaces and root, optionally through ``setpriv`` to Docker's default capability set.
+  allows it) network namespaces, pivots into the overlay and runs the sandbox's anchor as its
+  pid 1 (``--as-pid-1``: ``rb-helper anchor``, which reaps orphans; ``sleep infinity`` on the
+  stock-tool path). ``--die-with-parent`` ties the sandbox to the orchestrator thread that
+  spawned it.
+* **exec** (``rb-helper exec`` or ``/bin/sh -c 'echo $$ > ...; exec nsenter ... setpriv'``):
+  join the sandbox's cgroups and a fresh per-command group, apply rlimits (open files, file
+  size, core=0), enter the anchor's namespaces and root, ``chdir`` *inside* the sandbox, drop
+  the capability bounding set to Docker's default set, run the command.
 
-Invariants: every path is shell-quoted; overlay option separators in layer paths are rejected.
+Invariants: every shell path is quoted; overlay option separators in layer paths are
+rejected; a working directory is never opened on the host side (``nsenter --wd=DIR`` would).
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ DEFAULT_CAPS = (
     "net_bind_service", "net_raw", "sys_chroot", "mknod", "audit_write", "setfcap",
 )
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_CAP_NUMBERS = {
+    "chown": 0, "dac_override": 1, "fowner": 3, "fsetid": 4, "kill": 5, "setgid": 6,
+    "setuid": 7, "setpcap": 8, "net_bind_service": 10, "net_raw": 13, "sys_chroot": 18,
+    "mknod": 27, "audit_write": 29, "setfcap": 31,
+}
+DEFAULT_CAP_MASK = sum(1 << _CAP_NUMBERS[c] for c in DEFAULT_CAPS)
 
 
 def overlay_options(layers: Sequence[Path], upper: str, work: str) -> str:
@@ -49,6 +60,11 @@ def overlay_options(layers: Sequence[Path], upper: str, work: str) -> str:
             raise SandboxStartError(f"layer is not a directory: {s}")
     lower = ":".join(str(p) for p in reversed(layers))
     return f"lowerdir={lower},upperdir={upper},workdir={work}"
+
+
+def rlimit_values(*, open_files: int, file_size_mb: int) -> tuple[str, str]:
+    """(open files, file size in bytes) as the helper takes them."""
+    return str(int(open_files)), str(int(file_size_mb) << 20)
 
 
 def rlimit_shell(*, open_files: int, file_size_mb: int) -> str:
@@ -66,6 +82,8 @@ def init_argv(
     bwrap: str,
     hostname: str,
     network: bool,
+    helper: Path | None = None,
+    rlimit_vals: tuple[str, str] = ("1024", str(1 << 30)),
 ) -> list[str]:
     q = shlex.quote
     m = str(mount_dir)
@@ -79,7 +97,16 @@ def init_argv(
     ]
     if not network:
         bw.append("--unshare-net")
-    bw += ["--", "/bin/sleep", "infinity"]
+    # The anchor is the sandbox's pid 1 (--as-pid-1): signals from inside cannot kill it, so
+    # a command like `kill -9 -1` ends the model's processes, not the sandbox. With the helper
+    # it also reaps orphans; the shell fallback's `sleep` leaves them as zombies.
+    bw += ["--as-pid-1", "--", "@ANCHOR@" if helper is not None else "/bin/sleep"]
+    bw += ["anchor"] if helper is not None else ["infinity"]
+    if helper is not None:
+        return [
+            str(helper), "init", m, str(int(storage_mb)), opts, *rlimit_vals,
+            str(len(procs_files)), *map(str, procs_files), "--", *bw,
+        ]
     script = (
         f"set -e; {joins}; {rlimits}; "
         f"mount -t tmpfs -o size={int(storage_mb)}m,mode=0755 rollbank-upper {q(m)}; "
@@ -98,10 +125,18 @@ def exec_argv(
     command: str | Sequence[str],
     cwd: str,
     drop_caps: bool,
+    helper: Path | None = None,
+    rlimit_vals: tuple[str, str] = ("1024", str(1 << 30)),
 ) -> list[str]:
     q = shlex.quote
     joins = " && ".join(f"echo $$ > {q(str(f))}" for f in procs_files) or "true"
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    if helper is not None:
+        mask = f"{DEFAULT_CAP_MASK:x}" if drop_caps else "0"
+        return [
+            str(helper), "exec", str(anchor_pid), cwd or "/", *rlimit_vals, mask,
+            str(len(procs_files)), *map(str, procs_files), "--", *argv,
+        ]
     inner: list[str] = []
     if drop_caps:
         caps = ",".join(["-all", *(f"+{c}" for c in DEFAULT_CAPS)])

@@ -48,10 +48,11 @@ if TYPE_CHECKING:
     from rollbank.sandbox.local.backend import LocalBackend
 
 _FILE_LIMIT = 1 << 31
+_ARG_LIMIT = 96 * 1024
 
 
 class LocalSandbox:
-    """A sandbox anchored by a ``sleep infinity`` inside bubblewrap; see module docstring."""
+    """A sandbox anchored by its pid 1 inside bubblewrap; see module docstring."""
 
     def __init__(
         self,
@@ -66,6 +67,8 @@ class LocalSandbox:
         rlimits: str,
         drop_caps: bool,
         budget_s: float | None,
+        helper: Path | None = None,
+        rlimit_vals: tuple[str, str] = ("1024", str(1 << 30)),
     ) -> None:
         self._id = sandbox_id
         self.spec = spec
@@ -75,6 +78,8 @@ class LocalSandbox:
         self.cgroup = cgroup
         self._mount_dir = mount_dir
         self._rlimits = rlimits
+        self._helper = helper
+        self._rlimit_vals = rlimit_vals
         self._drop_caps = drop_caps
         self._budget = budget_s
         self._exec_s = 0.0
@@ -137,6 +142,7 @@ class LocalSandbox:
         argv = exec_argv(
             anchor_pid=self.anchor_pid, procs_files=files, rlimits=self._rlimits,
             command=command, cwd=cwd or self.spec.workdir, drop_caps=self._drop_caps,
+            helper=self._helper, rlimit_vals=self._rlimit_vals,
         )
 
         def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -156,6 +162,11 @@ class LocalSandbox:
                 f"sandbox {self._id} died during a command: "
                 + res.stderr.raw().decode(errors="replace")[-500:]
             )
+        err_head = bytes(res.stderr.head[:11])
+        if res.returncode == 125 and err_head == b"rb-helper: ":
+            raise SandboxError(  # the runtime (cgroups, setns...) failed, not the command
+                f"sandbox {self._id}: " + res.stderr.raw().decode(errors="replace")[:500]
+            )
         return res
 
     async def exec(
@@ -171,10 +182,23 @@ class LocalSandbox:
         deadline, budget_bound = self._charge(0.0, timeout_s)
         if deadline is not None and deadline <= 0:
             return ExecResult(None, None, "", "", 0.0, budget_exhausted=True)
+        words = [command] if isinstance(command, str) else list(command)
+        if any("\0" in w for w in [*words, cwd or "", *(env or {}).keys(), *(env or {}).values()]):
+            # execve cannot carry NUL bytes: the command is invalid, like a shell syntax error
+            return ExecResult(2, None, "", "rollbank: the command contains a NUL byte\n", 0.0)
+        if isinstance(command, str) and len(command.encode()) > _ARG_LIMIT:
+            # one argv string is capped at 128 KiB by the kernel (MAX_ARG_STRLEN): big scripts
+            # (here-documents writing files) run from a file instead
+            script = f"/tmp/.rollbank-cmd-{uuid.uuid4().hex}.sh"
+            await self.write_file(script, command.encode(), mode=0o600)
+            command = ["/bin/sh", "-c", 'trap \'rm -f "$0"\' EXIT; . "$0"', script]
         oom_before = self.cgroup.oom_kills()
-        res = await self._run(
-            command, cwd=cwd, env=env, stdin=stdin, limit=output_limit, deadline_s=deadline
-        )
+        try:
+            res = await self._run(
+                command, cwd=cwd, env=env, stdin=stdin, limit=output_limit, deadline_s=deadline
+            )
+        except OSError as exc:  # e.g. E2BIG for a huge argv list: the command is invalid
+            return ExecResult(126, None, "", f"rollbank: cannot run the command: {exc}\n", 0.0)
         self._charge(res.duration_s, None)
         rc = res.returncode
         sig = -rc if rc < 0 else None
@@ -237,11 +261,13 @@ class LocalSandbox:
             group, files = self.cgroup.new_exec_group()
             shell = "if [ -x /bin/bash ]; then exec /bin/bash --noprofile --norc; else exec /bin/sh; fi"
             argv = exec_argv(anchor_pid=self.anchor_pid, procs_files=files, rlimits=self._rlimits,
-                             command=shell, cwd=self.spec.workdir, drop_caps=self._drop_caps)
+                             command=shell, cwd=self.spec.workdir, drop_caps=self._drop_caps,
+                             helper=self._helper, rlimit_vals=self._rlimit_vals)
             # Popen (fork+exec, ~1 ms) rather than asyncio subprocesses: no watcher threads.
-            proc = subprocess.Popen(argv,  # noqa: ASYNC220 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=self._env(None),
-                                    close_fds=True, start_new_session=True)
+            proc = subprocess.Popen(  # noqa: ASYNC220
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=self._env(None), close_fds=True, start_new_session=True,
+            )
 
             def kill() -> None:
                 self.cgroup.kill_exec_group(group)
@@ -285,7 +311,7 @@ class LocalSandbox:
         for s in self._shells:
             with contextlib.suppress(Exception):
                 await s.close()
-        self.cgroup.kill()
+        await self.cgroup.akill()
         with contextlib.suppress(OSError):
             self._init.kill()
         with contextlib.suppress(Exception):

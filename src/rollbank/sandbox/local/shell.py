@@ -85,13 +85,17 @@ class LocalShellSession:
             self._charge(duration, None)
             if rc is None:
                 self._kill()
+                code: int | None = None
                 with contextlib.suppress(Exception):
-                    proc.wait(timeout=5)
+                    code = proc.wait(timeout=5)
                 note = "" if timed_out else "\n[rollbank: the shell exited; a new one starts]\n"
                 so, st = out.text()
                 se, et = err.text()
+                exited = not timed_out and code is not None
                 return ExecResult(
-                    None, 9 if timed_out else None, so, se + note, duration,
+                    code if exited and code is not None and code >= 0 else None,
+                    9 if timed_out else (-code if exited and code is not None and code < 0 else None),
+                    so, se + note, duration,
                     timed_out=timed_out and not budget_bound,
                     budget_exhausted=timed_out and budget_bound,
                     stdout_truncated=st, stderr_truncated=et,

@@ -1,0 +1,7 @@
+'use strict';
+
+function slugify(text) {
+  return text.toLowerCase().replace(' ', '-');
+}
+
+module.exports = { slugify };

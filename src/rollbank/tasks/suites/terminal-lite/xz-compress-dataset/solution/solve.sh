@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+xz -T1 -2 /app/telemetry.csv

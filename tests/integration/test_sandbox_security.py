@@ -1,0 +1,245 @@
+"""Isolation of LocalBackend sandboxes. Each test fails if the property it names breaks.
+
+Every test has a positive control (the same probe succeeds where it should: on the host, or
+inside the sandbox itself), so a probe that could never succeed does not pass vacuously.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from rollbank.sandbox.local import LocalBackend, LocalSandbox, LocalSandboxConfig
+from rollbank.sandbox.protocol import Limits, SandboxSpec
+from rollbank.tasks.bases import ensure_base
+
+pytestmark = pytest.mark.integration
+
+CONNECT = """python3 - <<'EOF'
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.settimeout(2)
+try:
+    s.connect((sys.argv[1] if len(sys.argv) > 1 else "{host}", {port}))
+    print("CONNECTED")
+except OSError as exc:
+    print("FAILED", exc)
+EOF"""
+
+
+@pytest.fixture(scope="module")
+def base() -> Path:
+    return ensure_base("ubuntu:24.04").path
+
+
+@pytest.fixture
+async def backend(tmp_path: Path) -> AsyncIterator[LocalBackend]:
+    be = LocalBackend(LocalSandboxConfig(run_dir=tmp_path / "run"))
+    try:
+        yield be
+    finally:
+        await be.aclose()
+
+
+async def start(backend: LocalBackend, base: Path, **limits: int) -> LocalSandbox:
+    sb = await backend.start(SandboxSpec(layers=(base,), limits=Limits(**limits)))
+    assert isinstance(sb, LocalSandbox)
+    return sb
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _host_ips() -> list[str]:
+    ips = {"127.0.0.1"}
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            ips.add(s.getsockname()[0])
+    except OSError:
+        pass
+    return sorted(ips)
+
+
+async def test_no_network_but_loopback_inside_works(backend: LocalBackend, base: Path) -> None:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    try:
+        for ip in _host_ips():
+            socket.create_connection((ip, port), timeout=2).close()  # control: host reaches it
+            sb = await start(backend, base)
+            r = await sb.exec(CONNECT.format(host=ip, port=port))
+            assert r.stdout.startswith("FAILED"), (ip, r)
+        inside = await sb.exec(
+            "python3 -c \"import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
+            "s.listen(); socket.create_connection(s.getsockname()); print('CONNECTED')\""
+        )
+        assert inside.stdout == "CONNECTED\n", inside
+        r = await sb.exec("tail -n +3 /proc/net/dev | cut -d: -f1")
+        assert r.stdout.split() == ["lo"]  # the only interface
+    finally:
+        listener.close()
+
+
+async def test_network_only_when_the_operator_allows_it(tmp_path: Path, base: Path) -> None:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    ip = _host_ips()[-1]
+    probe = CONNECT.format(host=ip, port=port)
+    try:
+        cfg = LocalSandboxConfig(run_dir=tmp_path / "net", allow_network=True)
+        async with LocalBackend(cfg) as be:
+            wants = await be.start(SandboxSpec(layers=(base,), network=True))
+            assert (await wants.exec(probe)).stdout.startswith("CONNECTED")  # probe works
+            default = await be.start(SandboxSpec(layers=(base,)))
+            assert (await default.exec(probe)).stdout.startswith("FAILED")
+        async with LocalBackend(LocalSandboxConfig(run_dir=tmp_path / "nonet")) as be:
+            wants = await be.start(SandboxSpec(layers=(base,), network=True))
+            assert (await wants.exec(probe)).stdout.startswith("FAILED")  # operator said no
+    finally:
+        listener.close()
+
+
+async def test_cannot_read_host_root_or_host_files(backend: LocalBackend, base: Path) -> None:
+    secret = uuid.uuid4().hex
+    paths = [Path("/root") / f".rollbank-secret-{secret}", Path("/tmp") / f"rollbank-secret-{secret}"]
+    for p in paths:
+        p.write_text(secret)
+    try:
+        sb = await start(backend, base)
+        for p in paths:
+            r = await sb.exec(f"cat {p}; grep -rl {secret} /root /tmp /proc/1/root/tmp 2>/dev/null")
+            assert secret not in r.stdout
+            assert r.exit_code != 0
+        r = await sb.exec("ls /work /.cache 2>&1; cat /proc/1/root/etc/hostname 2>&1")
+        assert "rollbank" not in r.stdout  # the host's project tree is not visible
+        assert (await sb.exec("cat /root/.bashrc >/dev/null && echo own-root-ok")).stdout == "own-root-ok\n"
+    finally:
+        for p in paths:
+            p.unlink()
+
+
+async def test_host_environment_is_not_inherited(backend: LocalBackend, base: Path) -> None:
+    os.environ["ROLLBANK_TEST_HOST_SECRET"] = "s3cr3t-" + uuid.uuid4().hex
+    try:
+        sb = await start(backend, base)
+        r = await sb.exec("env; cat /proc/1/environ /proc/self/environ | tr '\\0' '\\n'")
+        assert "s3cr3t-" not in r.stdout and "ROLLBANK_TEST_HOST_SECRET" not in r.stdout
+        assert "PATH=" in r.stdout  # control: the sandbox's own environment is there
+    finally:
+        del os.environ["ROLLBANK_TEST_HOST_SECRET"]
+
+
+async def test_sandboxes_cannot_see_each_others_files_or_processes(backend: LocalBackend, base: Path) -> None:
+    a = await start(backend, base)
+    b = await start(backend, base)
+    secret = uuid.uuid4().hex
+    await a.exec(f"echo {secret} > /tmp/a-secret; nohup sleep 4242 >/dev/null 2>&1 &")
+    assert secret in (await a.exec("cat /tmp/a-secret")).stdout  # control
+    r = await b.exec("cat /tmp/a-secret")
+    assert r.exit_code != 0 and secret not in r.stdout
+    r = await b.exec(f"grep -rls {secret} /tmp /proc/*/root/tmp /proc/*/root/root")
+    assert r.stdout == ""
+    assert "sleep 4242" not in (await b.exec("ps -eo args")).stdout
+    host_pids = [p for p in a.cgroup.pids() if "4242" in _cmdline(p)]
+    assert host_pids
+    r = await b.exec(f"kill -9 {' '.join(map(str, host_pids))} 2>&1; pkill -9 -f 'sleep 4242'; echo done")
+    assert "sleep 4242" in (await a.exec("ps -eo args")).stdout  # still alive: b could not signal it
+    assert all(_cmdline(p) for p in host_pids)
+
+
+async def test_killing_everything_inside_does_not_kill_the_sandbox(backend: LocalBackend, base: Path) -> None:
+    """`kill -9 -1` is the model's doing: its processes die, the sandbox does not (a dead
+    sandbox would be reported as an infrastructure failure and dodge the penalty)."""
+    sb = await start(backend, base)
+    await sb.exec("nohup sleep 999 >/dev/null 2>&1 &")
+    r = await sb.exec("kill -9 -1; kill -9 1; kill -TERM 1; echo after")
+    assert sb.alive
+    assert "sleep 999" not in (await sb.exec("ps -eo args")).stdout  # the model's daemon died
+    assert (await sb.exec("echo still-usable")).stdout == "still-usable\n"
+    assert r.signal == 9 or r.stdout == "after\n"
+
+
+async def test_writes_stay_in_the_sandbox_layer(backend: LocalBackend, base: Path) -> None:
+    def digest() -> str:
+        h = hashlib.sha256()
+        for rel in ("etc/passwd", "usr/bin/ls", "etc/hostname"):
+            p = base / rel
+            h.update(rel.encode() + (p.read_bytes() if p.exists() else b"<missing>"))
+        names = [p.name for p in (*base.iterdir(), *(base / "tmp").iterdir())]
+        h.update(str(sorted(names)).encode())
+        return h.hexdigest()
+
+    before = digest()
+    sb = await start(backend, base)
+    r = await sb.exec(
+        "echo evil:x:0:0::/:/bin/sh >> /etc/passwd && rm -f /usr/bin/ls && echo x > /etc/hostname"
+        " && mkdir /newdir && touch /tmp/dropped && rm -rf /var/lib/dpkg && echo ok"
+    )
+    assert r.stdout == "ok\n"
+    assert "evil" in (await sb.exec("tail -1 /etc/passwd")).stdout  # control: write visible inside
+    assert digest() == before
+    assert (base / "var/lib/dpkg").is_dir()
+    r = await sb.exec("mount -t tmpfs x /mnt 2>&1 || echo mount-denied")
+    assert "mount-denied" in r.stdout  # no CAP_SYS_ADMIN even in its own namespaces
+
+
+async def test_memory_limit_contains_a_blowup(backend: LocalBackend, base: Path) -> None:
+    sb = await start(backend, base, memory_mb=96)
+    r = await sb.exec("python3 -c 'b = bytearray(400 << 20); print(len(b))'")
+    assert r.exit_code != 0 and "419430400" not in r.stdout
+    assert r.oom_killed or "MemoryError" in r.stderr
+    u = sb.usage()
+    assert u.memory_limit_hit or "MemoryError" in r.stderr
+    assert (u.peak_memory_bytes or 0) <= (96 << 20) + (1 << 20)
+    ok = await sb.exec("python3 -c 'b = bytearray(16 << 20); print(len(b))'")  # control
+    assert ok.stdout == "16777216\n"
+
+
+async def test_fork_bomb_is_contained_by_the_pids_limit(backend: LocalBackend, base: Path) -> None:
+    sb = await start(backend, base, max_processes=48)
+    r = await sb.exec("bomb() { bomb | bomb & }; bomb; sleep 3", timeout_s=5)
+    assert sb.usage().pids_limit_hit
+    assert len(sb.cgroup.pids()) <= 48
+    assert (await sb.exec("echo survived")).stdout == "survived\n"
+    assert r.exit_code != 0 or r.timed_out or r.ok  # any verdict: the host is what matters
+    assert len(sb.cgroup.pids()) < 10  # the bomb's processes died with its command group
+
+
+async def test_disk_filler_hits_the_storage_limit(backend: LocalBackend, base: Path) -> None:
+    sb = await start(backend, base, storage_mb=32, memory_mb=512)
+    r = await sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=200 2>&1; stat -c %s /tmp/fill")
+    assert "No space left on device" in r.stdout
+    assert int(r.stdout.split()[-1]) <= 32 << 20
+    ok = await sb.exec("rm /tmp/fill && dd if=/dev/zero of=/tmp/small bs=1M count=8 2>&1 && echo fine")
+    assert ok.stdout.endswith("fine\n")  # control: space is back after deleting
+
+
+async def test_file_size_rlimit(backend: LocalBackend, base: Path) -> None:
+    sb = await start(backend, base, max_file_size_mb=1, storage_mb=64)
+    r = await sb.exec("dd if=/dev/zero of=/tmp/big bs=1M count=4 2>&1; stat -c %s /tmp/big")
+    assert int(r.stdout.split()[-1]) <= 1 << 20
+
+
+async def test_output_flood_is_truncated(backend: LocalBackend, base: Path) -> None:
+    sb = await start(backend, base)
+    r = await sb.exec("head -c 50000000 /dev/zero | tr '\\0' 'a'; head -c 3000000 /dev/urandom >&2",
+                      output_limit=4096)
+    assert r.ok and r.stdout_truncated and r.stderr_truncated
+    assert len(r.stdout) < 4096 + 200 and "49995904 bytes dropped" in r.stdout
+    assert len(r.stderr.encode()) < 3 * 4096 + 200

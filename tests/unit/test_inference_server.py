@@ -1,0 +1,134 @@
+"""ManagedServers lifecycle against a stand-in server process (no vLLM needed).
+
+``ServerConfig.python`` points at a small script that ignores ``-m vllm...`` and serves
+``/health`` on ``--port`` (and logs every request), so start-up, supervision, restart and
+clean stop are exercised with real processes in a fraction of a second. The same paths
+against real vLLM are in tests/integration/test_vllm_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollbank.errors import InferenceError
+from rollbank.inference.server import ManagedServers, ServerConfig
+
+STAND_IN = '''
+import http.server, json, os, sys
+args = sys.argv[1:]
+port = int(args[args.index("--port") + 1])
+mode = os.environ.get("STAND_IN_MODE", "ok")
+if mode == "crash":
+    sys.exit(3)
+log = open(os.environ["STAND_IN_LOG"], "a")
+
+class H(http.server.BaseHTTPRequestHandler):
+    def _answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n).decode() if n else ""
+        log.write(json.dumps({"port": port, "path": self.path, "body": body, "env": {
+            k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "HF_HUB"))}}) + "\\n")
+        log.flush()
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+    do_GET = do_POST = _answer
+    def log_message(self, *a): pass
+
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    exe = tmp_path / "fake-python"
+    exe.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {script} "$@"\n')  # drop "-m vllm..."
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("STAND_IN_LOG", str(tmp_path / "requests.jsonl"))
+    monkeypatch.setenv("ROLLBANK_CACHE", str(tmp_path / "cache"))
+    return exe
+
+
+def config(exe: Path, tmp_path: Path, **kw: object) -> ServerConfig:
+    return ServerConfig(
+        model="tiny", python=str(exe), run_dir=tmp_path / "run", health_interval_s=60, startup_timeout_s=30, **kw  # type: ignore[arg-type]
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def requests(tmp_path: Path) -> list[dict[str, object]]:
+    path = tmp_path / "requests.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def test_start_environment_and_clean_stop(stand_in: Path, tmp_path: Path) -> None:
+    async with ManagedServers(config(stand_in, tmp_path, num_servers=2)) as ms:
+        pids = [s.process.pid for s in ms.servers if s.process is not None]
+        assert len(set(ms.urls)) == 2 and all([await c.health() for c in ms.clients])
+        assert all(os.getpgid(p) == p for p in pids)  # each in its own process group
+        cmd = ms.command(ms.servers[0])
+        for flag in ("--enable-prefix-caching", "--max-model-len", "--max-logprobs", "--seed"):
+            assert flag in cmd
+        assert cmd[cmd.index("--logprobs-mode") + 1] == "processed_logprobs"
+    assert not any(alive(p) for p in pids)
+    env = requests(tmp_path)[0]["env"]
+    assert isinstance(env, dict)
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    binds = {r["port"]: r["env"]["VLLM_CPU_OMP_THREADS_BIND"] for r in requests(tmp_path)}  # type: ignore[index]
+    ncpu = os.cpu_count() or 1
+    assert sorted(binds.values()) == sorted({str(0 % ncpu), str(1 % ncpu)})
+
+
+async def test_dead_process_is_restarted_on_same_url_with_weights(stand_in: Path, tmp_path: Path) -> None:
+    async with ManagedServers(config(stand_in, tmp_path)) as ms:
+        await ms.reload_weights("/ckpt/5", version=5)
+        url = ms.urls[0]
+        first = ms.servers[0].process
+        assert first is not None
+        os.killpg(first.pid, signal.SIGKILL)
+        await first.wait()
+        reasons = await ms.check_now()
+        assert reasons[0] is not None and "exited" in reasons[0]
+        assert ms.servers[0].restarts == 1 and ms.urls[0] == url
+        assert await ms.clients[0].health() and ms.clients[0].policy_version == 5
+        assert await ms.check_now() == [None]
+    rpc = [r for r in requests(tmp_path) if r["path"] == "/collective_rpc"]
+    assert len(rpc) == 2  # the publication, then its re-application after the restart
+    assert json.loads(str(rpc[-1]["body"]))["kwargs"] == {"weights_path": "/ckpt/5"}
+    assert [e["event"] for e in ms.events] == ["healthy", "dead", "healthy", "restarted"]
+
+
+async def test_crash_at_startup_is_an_error_naming_the_log(
+    stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAND_IN_MODE", "crash")
+    ms = ManagedServers(config(stand_in, tmp_path))
+    with pytest.raises(InferenceError, match="exited with 3 during startup; see .*server-0.log"):
+        async with ms:
+            pass
+    assert all(s.process is not None and s.process.returncode is not None for s in ms.servers)
+
+
+def test_config_rejects_typos() -> None:
+    from rollbank.config import validate
+    from rollbank.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="num_server"):
+        validate(ServerConfig, {"num_server": 2}, source="serve.toml")

@@ -1,0 +1,65 @@
+"""Command lines of the local runtime (pure functions: no process is started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollbank.errors import SandboxStartError
+from rollbank.sandbox.local.runtime import (
+    DEFAULT_CAP_MASK,
+    exec_argv,
+    init_argv,
+    overlay_options,
+    rlimit_shell,
+    rlimit_values,
+)
+
+
+def test_overlay_lowerdir_is_top_first_and_rejects_unsafe_paths(tmp_path: Path) -> None:
+    base, task, frozen = (tmp_path / n for n in ("base", "task", "frozen"))
+    for d in (base, task, frozen):
+        d.mkdir()
+    opts = overlay_options([base, task, frozen], "/m/upper", "/m/work")
+    assert opts == f"lowerdir={frozen}:{task}:{base},upperdir=/m/upper,workdir=/m/work"
+    bad = tmp_path / "a:b"
+    bad.mkdir()
+    with pytest.raises(SandboxStartError):
+        overlay_options([bad], "/u", "/w")
+    with pytest.raises(SandboxStartError):
+        overlay_options([tmp_path / "missing"], "/u", "/w")
+    with pytest.raises(SandboxStartError):
+        overlay_options([], "/u", "/w")
+
+
+def test_exec_never_opens_the_working_directory_on_the_host() -> None:
+    files = [Path("/sys/fs/cgroup/pids/x/cgroup.procs")]
+    shell = exec_argv(anchor_pid=42, procs_files=files, rlimits="ulimit -c 0", command="ls",
+                      cwd="/app", drop_caps=True)
+    assert not any(a.startswith("--wd=") for a in shell)
+    script = shell[2]
+    assert "-t 42" in script and "setpriv" in script and "cd --" in script
+    helper = exec_argv(anchor_pid=42, procs_files=files, rlimits="", command=["ls", "-l"],
+                       cwd="/app", drop_caps=True, helper=Path("/h"), rlimit_vals=("64", "1024"))
+    assert helper == ["/h", "exec", "42", "/app", "64", "1024", f"{DEFAULT_CAP_MASK:x}", "1",
+                      str(files[0]), "--", "ls", "-l"]
+    keep_all = exec_argv(anchor_pid=1, procs_files=[], rlimits="", command="true", cwd="/",
+                         drop_caps=False, helper=Path("/h"))
+    assert keep_all[6] == "0" and keep_all[-3:] == ["/bin/sh", "-c", "true"]
+
+
+def test_init_isolates_network_unless_allowed(tmp_path: Path) -> None:
+    kw = dict(procs_files=[], mount_dir=tmp_path / "mnt", layers=[tmp_path], storage_mb=64,
+              rlimits=rlimit_shell(open_files=64, file_size_mb=2), bwrap="/usr/bin/bwrap",
+              hostname="sb")
+    closed = init_argv(network=False, **kw)  # type: ignore[arg-type]
+    opened = init_argv(network=True, **kw)  # type: ignore[arg-type]
+    assert "--unshare-net" in closed[-1] and "--unshare-net" not in opened[-1]
+    assert "size=64m" in closed[-1] and "ulimit -f 4096" in closed[-1]
+    helper = init_argv(network=False, helper=Path("/h"), rlimit_vals=rlimit_values(
+        open_files=64, file_size_mb=2), **kw)  # type: ignore[arg-type]
+    assert helper[:4] == ["/h", "init", str(tmp_path / "mnt"), "64"]
+    assert helper[5:7] == ["64", str(2 << 20)]
+    assert helper[-4:] == ["--as-pid-1", "--", "@ANCHOR@", "anchor"]
+    assert "--unshare-user" in helper and "--die-with-parent" in helper

@@ -1,0 +1,174 @@
+"""Verifier classification and protocol (rollbank.episodes.verifier) against the fake backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollbank.episodes.outcome import Outcome, Reason
+from rollbank.episodes.verifier import (
+    REWARD_JSON,
+    REWARD_TXT,
+    VerifierResult,
+    VerifierStatus,
+    classify,
+    run_oracle,
+    run_verifier,
+    verifier_outcome,
+)
+from rollbank.sandbox.fake import FakeBackend, FakeSandbox
+from rollbank.sandbox.protocol import ExecResult, SandboxSpec
+from rollbank.tasks.loader import load_task
+from rollbank.tasks.shims import SHIM_DIR
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "tasks"
+
+
+def ran(exit_code: int | None = 0, *, timed_out: bool = False, signal: int | None = None) -> ExecResult:
+    return ExecResult(exit_code, signal, "out", "err", 1.5, timed_out=timed_out)
+
+
+@pytest.mark.parametrize(
+    ("txt", "js", "status", "reward", "rewards"),
+    [
+        ("1\n", None, VerifierStatus.PASS, 1.0, {"reward": 1.0}),
+        ("0", None, VerifierStatus.FAIL, 0.0, {"reward": 0.0}),
+        ("0.5", None, VerifierStatus.FAIL, 0.5, {"reward": 0.5}),
+        (None, '{"a": 1, "b": 1.0}', VerifierStatus.PASS, 1.0, {"a": 1.0, "b": 1.0}),
+        (None, '{"a": 1, "b": 0}', VerifierStatus.FAIL, 0.5, {"a": 1.0, "b": 0.0}),
+        (None, "1", VerifierStatus.PASS, 1.0, {"reward": 1.0}),
+    ],
+)
+def test_rewards(txt: str | None, js: str | None, status: VerifierStatus, reward: float,
+                 rewards: dict[str, float]) -> None:
+    r = classify(ran(0), txt, js)
+    assert (r.status, r.reward, r.rewards) == (status, reward, rewards)
+
+
+def test_reward_txt_wins_over_json() -> None:
+    assert classify(ran(0), "0", '{"a": 1}').status is VerifierStatus.FAIL
+
+
+@pytest.mark.parametrize(
+    ("result", "txt", "js", "status"),
+    [
+        (ran(None, timed_out=True), None, None, VerifierStatus.TIMEOUT),
+        (ran(127), None, None, VerifierStatus.CRASH),  # e.g. missing interpreter
+        (ran(None, signal=9), None, None, VerifierStatus.CRASH),
+        (ran(0), None, None, VerifierStatus.NO_REWARD),
+        (ran(0), "not a number", None, VerifierStatus.CRASH),
+        (ran(0), "nan", None, VerifierStatus.CRASH),
+        (ran(0), None, '{"a": "x"}', VerifierStatus.CRASH),
+        (ran(0), None, "{}", VerifierStatus.CRASH),
+        (ran(0), None, "{broken", VerifierStatus.CRASH),
+    ],
+)
+def test_verifier_faults(result: ExecResult, txt: str | None, js: str | None,
+                         status: VerifierStatus) -> None:
+    r = classify(result, txt, js)
+    assert r.status is status and r.reward is None
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "outcome"),
+    [
+        (VerifierStatus.PASS, Reason.VERIFIED_PASS, Outcome.MODEL_SUCCESS),
+        (VerifierStatus.FAIL, Reason.VERIFIED_FAIL, Outcome.MODEL_FAILURE),
+        (VerifierStatus.CRASH, Reason.VERIFIER_CRASH, Outcome.INFRA_FAILURE),
+        (VerifierStatus.TIMEOUT, Reason.VERIFIER_TIMEOUT, Outcome.INFRA_FAILURE),
+        (VerifierStatus.NO_REWARD, Reason.VERIFIER_NO_REWARD, Outcome.INFRA_FAILURE),
+    ],
+)
+def test_outcome_mapping(status: VerifierStatus, reason: Reason, outcome: Outcome) -> None:
+    reward = 1.0 if status is VerifierStatus.PASS else 0.0 if status is VerifierStatus.FAIL else None
+    o = verifier_outcome(VerifierResult(status, reward, exit_code=3, duration_s=2.0, error="e"))
+    assert (o.reason, o.outcome, o.reward) == (reason, outcome, reward)
+    assert o.evidence["verifier_exit_code"] == 3 and o.evidence["verifier_error"] == "e"
+
+
+# --------------------------------------------------------------- protocol, with the fake backend
+def _backend(test_writes: bytes | None, rc: int = 0, *, reward_path: str = REWARD_TXT) -> FakeBackend:
+    """A fake whose /bin/bash 'runs the tests' (writes ``test_writes``) and /bin/sh succeeds."""
+
+    def sh(sb: FakeSandbox, args: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+        return 0, b"", b""
+
+    def bash(sb: FakeSandbox, args: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+        script = args[-1]
+        if "/solution/" in script:
+            sb.files["/app/answer.txt"] = b"ready\n"
+            return 0, b"", b""
+        # the tests must be in place before the test command runs
+        assert "/tests/test.sh" in sb.files and f"{SHIM_DIR}/uvx" in sb.files
+        if test_writes is not None:
+            sb.files[reward_path] = test_writes
+        return rc, b"ran tests\n", b""
+
+    return FakeBackend(handlers={"/bin/sh": sh, "/bin/bash": bash})
+
+
+async def _start(backend: FakeBackend) -> FakeSandbox:
+    sb = await backend.start(SandboxSpec(layers=(), workdir="/app"))
+    assert isinstance(sb, FakeSandbox)
+    return sb
+
+
+async def test_tests_are_written_only_by_the_verifier_and_overwrite_agent_files() -> None:
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+    backend = _backend(b"1\n")
+    sb = await _start(backend)
+    sb.files["/tests/test.sh"] = b"echo 1 > /logs/verifier/reward.txt  # planted by the agent"
+    result = await run_verifier(sb, task)
+    assert result.status is VerifierStatus.PASS and result.reward == 1.0
+    assert sb.files["/tests/test.sh"] == (task.tests_dir / "test.sh").read_bytes()
+    assert sb.files["/tests/test_env.py"] == (task.tests_dir / "test_env.py").read_bytes()
+    reset = sb.commands[0]
+    run = next(c for c in sb.commands if c.startswith("/bin/bash"))
+    assert "rm -rf /tests" in reset and "/logs/verifier" in reset
+    assert "bash /tests/test.sh" in run and SHIM_DIR in run
+
+
+async def test_reward_json_is_read_when_there_is_no_reward_txt() -> None:
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+    sb = await _start(_backend(b'{"x": 1, "y": 0.5}', reward_path=REWARD_JSON))
+    result = await run_verifier(sb, task)
+    assert result.status is VerifierStatus.FAIL and result.reward == 0.75
+
+
+async def test_missing_reward_with_exit_zero_is_no_reward() -> None:
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+    result = await run_verifier(await _start(_backend(None, 0)), task)
+    assert result.status is VerifierStatus.NO_REWARD
+    assert verifier_outcome(result).outcome is Outcome.INFRA_FAILURE
+
+
+async def test_missing_reward_with_failure_is_a_crash() -> None:
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+    result = await run_verifier(await _start(_backend(None, 126)), task)
+    assert result.status is VerifierStatus.CRASH and result.exit_code == 126
+
+
+async def test_stale_reward_from_the_agent_is_removed_before_the_tests() -> None:
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+
+    def sh(sb: FakeSandbox, args: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+        sb.files.pop(REWARD_TXT, None)  # what the reset command does for real
+        return 0, b"", b""
+
+    def bash(sb: FakeSandbox, args: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+        return 0, b"", b""  # the tests write nothing
+
+    sb = await _start(FakeBackend(handlers={"/bin/sh": sh, "/bin/bash": bash}))
+    sb.files[REWARD_TXT] = b"1\n"  # planted by the agent
+    result = await run_verifier(sb, task)
+    assert result.status is VerifierStatus.NO_REWARD
+
+
+async def test_oracle_uploads_the_solution_folder_and_runs_it() -> None:
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+    sb = await _start(_backend(b"1"))
+    res = await run_oracle(sb, task)
+    assert res is not None and res.exit_code == 0
+    assert sb.files["/solution/solve.sh"] == (task.path / "solution" / "solve.sh").read_bytes()
+    assert sb.files["/app/answer.txt"] == b"ready\n"
