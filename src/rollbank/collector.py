@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import sys
 import time
@@ -188,7 +189,8 @@ async def collect(
     servers = list(inference.clients)
     if capacity is None and config.inference.calibrate:
         capacity = await calibrate(inference.clients, sandbox_slots=sched.sandbox_slots,
-                                   vocab_size=inference.vocab_size)
+                                   vocab_size=inference.vocab_size,
+                                   verifier_slots=config.runner.verifier_slots or os.cpu_count())
         await inference.reset_caches()
     router = router_from_config(config.router, servers, clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None

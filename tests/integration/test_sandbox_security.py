@@ -53,6 +53,10 @@ async def start(backend: LocalBackend, base: Path, **limits: int) -> LocalSandbo
     return sb
 
 
+def _sysctl(key: str) -> str:
+    return Path("/proc/sys", key).read_text().strip()
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
@@ -163,6 +167,20 @@ async def test_sandboxes_cannot_see_each_others_files_or_processes(backend: Loca
     assert all(_cmdline(p) for p in host_pids)
 
 
+async def test_cannot_change_host_kernel_settings(backend: LocalBackend, base: Path) -> None:
+    """Mapped root is host uid 0, and sysctl writes are checked by uid: /proc/sys must be
+    read-only. The probe writes the *current* value, so even a broken sandbox changes nothing."""
+    sb = await start(backend, base)
+    for key in ("vm/swappiness", "kernel/core_pattern", "vm/drop_caches"):
+        value = _sysctl(key) if key != "vm/drop_caches" else "0"
+        r = await sb.exec(f"echo '{value}' > /proc/sys/{key} && echo WROTE")
+        assert "WROTE" not in r.stdout, key
+    r = await sb.exec("cat /proc/sys/vm/swappiness")
+    assert r.stdout.strip() == _sysctl("vm/swappiness")  # control: the same kernel setting
+    r = await sb.exec("cat /proc/kcore /proc/keys 2>&1 | head -c 100 | wc -c; ls /proc/acpi | wc -l")
+    assert r.stdout.split()[1] == "0"  # masked
+
+
 async def test_killing_everything_inside_does_not_kill_the_sandbox(backend: LocalBackend, base: Path) -> None:
     """`kill -9 -1` is the model's doing: its processes die, the sandbox does not (a dead
     sandbox would be reported as an infrastructure failure and dodge the penalty)."""
@@ -197,6 +215,8 @@ async def test_writes_stay_in_the_sandbox_layer(backend: LocalBackend, base: Pat
     assert (base / "var/lib/dpkg").is_dir()
     r = await sb.exec("mount -t tmpfs x /mnt 2>&1 || echo mount-denied")
     assert "mount-denied" in r.stdout  # no CAP_SYS_ADMIN even in its own namespaces
+    r = await sb.exec("unshare -U -r true 2>&1 || echo userns-denied")
+    assert "userns-denied" in r.stdout  # and no nested user namespace to regain it
 
 
 async def test_memory_limit_contains_a_blowup(backend: LocalBackend, base: Path) -> None:

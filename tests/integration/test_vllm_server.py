@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from safetensors.numpy import load_file, save_file
 from rollbank.errors import BadRequestError, InferenceError
 from rollbank.inference.models import create_tiny_lora, ensure_model, load_tokenizer
 from rollbank.inference.protocol import GenerateRequest, GenerateResult, SamplingParams
+from rollbank.inference.publish import WeightPublisher
 from rollbank.inference.server import ManagedServers, ServerConfig
 from rollbank.inference.vllm_client import VLLMClient
 
@@ -156,6 +158,25 @@ async def test_reload_weights_changes_and_restores_outputs(
     assert restored.token_ids == before.token_ids
     assert restored.logprobs == before.logprobs
     assert restored.policy_version == 2
+
+
+async def test_weight_publisher_on_a_real_server(
+    servers: ManagedServers, client: VLLMClient, tmp_path: Path
+) -> None:
+    """The safe-order publisher against real vLLM: new version served, old one restored."""
+    base_dir = ensure_model("tiny")
+    before = await client.generate(greedy("p0"))
+    pub = WeightPublisher(servers.clients, pause_mode="wait", on_published=servers.remember_weights)
+    ready = time.monotonic()
+    new_dir = _perturbed_copy(base_dir, tmp_path / "ckpt-pub")
+    report = await pub.publish(str(new_dir), version=10, ready_at=ready)
+    after = await client.generate(greedy("p1"))
+    assert after.policy_version == 10 and after.token_ids != before.token_ids
+    assert report.publication_s >= report.apply_pause_s > 0
+    print("publish:", report.to_dict())
+    await pub.publish(str(base_dir), version=11)
+    back = await client.generate(greedy("p2"))
+    assert back.token_ids == before.token_ids and back.policy_version == 11
 
 
 async def test_lora_load_generate_unload(client: VLLMClient, tmp_path: Path) -> None:

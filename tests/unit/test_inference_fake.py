@@ -196,3 +196,17 @@ async def test_max_running_queues_the_rest() -> None:
         assert m.running == 1 and m.waiting == 2
     assert all(t.result().timings.queue_s is not None for t in ts)
     assert max(t.result().timings.queue_s or 0.0 for t in ts) > 0
+
+
+def test_block_hashes_chain_and_namespace() -> None:
+    from rollbank.inference.prefix_cache import BlockPrefixCache, block_hashes
+
+    a = block_hashes([1, 2, 3, 4, 5, 6, 7, 8, 9], 4)
+    b = block_hashes([1, 2, 3, 4, 5, 6, 7, 0], 4)
+    assert len(a) == 2 and a[0] == b[0] and a[1] != b[1]
+    assert block_hashes([1, 2, 3, 4], 4, namespace="v1") != block_hashes([1, 2, 3, 4], 4, namespace="v2")
+    cache = BlockPrefixCache(block_size=4, capacity_blocks=8)
+    cache.insert(list(range(12)), "w")
+    assert cache.lookup(list(range(12)), "w") == 8  # the last prompt token is never counted
+    assert cache.lookup(list(range(13)), "w") == 12
+    assert cache.lookup(list(range(13)), "other") == 0

@@ -120,7 +120,7 @@ async def test_crash_at_startup_is_an_error_naming_the_log(
 ) -> None:
     monkeypatch.setenv("STAND_IN_MODE", "crash")
     ms = ManagedServers(config(stand_in, tmp_path))
-    with pytest.raises(InferenceError, match="exited with 3 during startup; see .*server-0.log"):
+    with pytest.raises(InferenceError, match=r"exited with 3 during startup; see .*server-0\.log"):
         async with ms:
             pass
     assert all(s.process is not None and s.process.returncode is not None for s in ms.servers)

@@ -75,3 +75,12 @@ def test_capacity_rejects_nonsense() -> None:
         Capacity(0.0, 1.0, 1.0, 1.0, 1)
     with pytest.raises(ValueError):
         Capacity(1.0, 1.0, 1.0, 1.0, 0)
+
+
+def test_verifier_work_term_only_with_declared_verifier_slots() -> None:
+    ts = [traj(f"t{i}", f"g{i}", decode=0, prompts=[], tools=[], verify=3.0) for i in range(4)]
+    assert lower_bound(ts, CAP).verifier_work_s == 0.0
+    cap = Capacity(10.0, 40.0, 100.0, 400.0, sandbox_slots=64, verifier_slots=2)
+    lb = lower_bound(ts, cap)
+    assert lb.verifier_work_s == pytest.approx(4 * 3.0 / 2)
+    assert lb.binding_term == "verifier_work" and lb.t_lb == pytest.approx(6.0)

@@ -56,7 +56,7 @@ def lifecycle() -> list[Event]:
 
 def test_event_log_writes_every_event_in_order(tmp_path: Path) -> None:
     path = tmp_path / "run" / "events.jsonl"
-    log = EventLog(path, flush_every=1000)
+    log = EventLog(path, flush_every=1000, flush_interval_s=3600)
     events = lifecycle()
     for e in events[:-1]:
         log.emit(e)

@@ -166,7 +166,7 @@ def test_new_groups_spread_despite_a_shared_header() -> None:
     clock = FakeClock()
     r = make(clock)  # defaults: cache_threshold 0.3, new_group_cache_threshold 0.9
     header = prompt(9, 24)  # 6 of 8 blocks shared by every group: 75% > 0.3
-    first = {}
+    first: dict[int, str] = {}
     for g in range(4):
         p = header + prompt(g, 8)
         for k in range(2):

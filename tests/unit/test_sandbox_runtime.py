@@ -31,6 +31,8 @@ def test_overlay_lowerdir_is_top_first_and_rejects_unsafe_paths(tmp_path: Path) 
         overlay_options([tmp_path / "missing"], "/u", "/w")
     with pytest.raises(SandboxStartError):
         overlay_options([], "/u", "/w")
+    with pytest.raises(SandboxStartError, match="too many"):
+        overlay_options([base] * 200, "/u", "/w")
 
 
 def test_exec_never_opens_the_working_directory_on_the_host() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -172,7 +173,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     async with open_inference(first.inference, max_model_len=first.runner.max_model_len) as plane:
         report["server_start_s"] = round(time.monotonic() - t_srv, 1)
         cap = await calibrate(plane.clients, sandbox_slots=args.sandbox_slots,
-                              vocab_size=plane.vocab_size)
+                              vocab_size=plane.vocab_size,
+                              verifier_slots=first.runner.verifier_slots or os.cpu_count())
         report["capacity"] = cap.to_dict()
         for arm in arms:
             cfg = configs[arm]

@@ -12,7 +12,7 @@ from :class:`~rollbank.sandbox.local.LocalBackend` on the Debian base of
   by ``Sandbox.snapshot()``) until ``start`` returns, ready to exec; ``warm_ready_ms`` adds
   the first ``true``; ``warm_cycle_cpu_ms`` is the CPU (this process + reaped children, user
   + system) of one start + first exec + close: unlike wall times, it does not depend on how
-  busy the shared host is.
+  busy the shared host is (``fork8_cycle_cpu_ms``: the same for a fork of 8 and 8 closes).
 * ``fork8_ms``: ``backend.fork(snapshot, 8)`` until all 8 siblings are ready;
   ``pool_fork8_ms``: the same group handed out by a :class:`~rollbank.sandbox.pool.WarmPool`
   holding 8 pre-started siblings (refilled between samples, outside the timing).
@@ -119,6 +119,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
             out["close_ms"] = summary(closes)
             # ---------------------------------------------------------- fork of 8
             forks = []
+            cpu0 = _cpu_s()
             for _ in range(args.fork_samples):
                 t0 = time.perf_counter()
                 group = await backend.fork(snap, 8)
@@ -126,6 +127,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
                 for s in group:
                     await s.close()
             out["fork8_ms"] = summary(forks)
+            out["fork8_cycle_cpu_ms"] = round((_cpu_s() - cpu0) / args.fork_samples * 1000, 2)
             out["pool_fork8_ms"] = await _pool_fork8(backend, spec, args.fork_samples)
             # ---------------------------------------------------------- exec overhead
             (sb,) = await backend.fork(snap, 1)

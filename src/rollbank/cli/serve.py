@@ -25,6 +25,7 @@ def register(sub: Any) -> None:
     p.add_argument("--dtype", default=None, help="vLLM --dtype (default: from the model)")
     p.add_argument("--enable-lora", action="store_true", help="allow runtime LoRA loading")
     p.add_argument("--run-dir", type=Path, default=None, help="where server logs go")
+    p.add_argument("--startup-timeout", type=float, default=1200.0, help="seconds to wait for health")
     p.add_argument("--check", action="store_true", help="send one real completion to each server")
     p.add_argument("--exit-after-check", action="store_true", help="stop after --check (for scripts)")
     p.add_argument("--prompt", default="Task: list the files in /app\n```bash\n", help="--check prompt")
@@ -65,6 +66,7 @@ async def _serve(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         enable_lora=args.enable_lora,
         run_dir=args.run_dir,
+        startup_timeout_s=args.startup_timeout,
     )
     t0 = time.monotonic()
     print(f"[rollbank] starting {cfg.num_servers} vLLM server(s) for {cfg.model!r}...", flush=True)

@@ -12,6 +12,8 @@ Invariants
   :class:`EpisodeOutcome` (a failed episode is data). Only cancellation propagates.
 - The sandbox (and its shell session) is closed on every path, cancellation included.
 - Every routed request is reported back to the router exactly once (finish or abort).
+- At most ``verifier_slots`` verifiers run at once (one limiter for that CPU resource); the
+  verifier's own timeout starts only once it holds a slot.
 - The returned trajectory matches its :class:`AttemptSpec` (id, group, task, slot, retry,
   seed, launched_at) and carries spans (``episodes/spans.py``) for the metrics.
 - Its token sequence never exceeds ``max_model_len``: an observation after which no turn
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import traceback
 from collections.abc import Mapping
 from dataclasses import replace
@@ -78,6 +81,11 @@ class RunnerConfig(Section):
     use_shell: bool = Field(
         default=True, description="run commands in one persistent shell (cwd/env survive between steps)"
     )
+    verifier_slots: int | None = Field(
+        default=None, ge=1,
+        description="verifiers running at once (they are CPU-bound test suites: more than the "
+        "cores makes each slower and can push them past their timeout); None: the CPU count",
+    )
     health_probe_timeout_s: float = Field(
         default=10.0, gt=0, description="timeout of the probe that tells a wrecked sandbox from a "
         "verifier crash",
@@ -120,6 +128,7 @@ class EpisodeRunner:
         self.router = router
         self.clock: Clock = clock or MonotonicClock()
         self.recorder = recorder
+        self._verify_slots = asyncio.Semaphore(config.verifier_slots or os.cpu_count() or 1)
 
     # ------------------------------------------------------------ AttemptRunner
     async def run(self, attempt: AttemptSpec) -> Trajectory:
@@ -287,6 +296,12 @@ class EpisodeRunner:
         self, sandbox: Sandbox, task: Task, traj: Trajectory
     ) -> tuple[VerifierVerdict, str | None]:
         """The verdict, and an error text if the sandbox runtime died during verification."""
+        async with self._verify_slots:  # waiting here is sandbox time, not verifier time
+            return await self._verify_now(sandbox, task, traj)
+
+    async def _verify_now(
+        self, sandbox: Sandbox, task: Task, traj: Trajectory
+    ) -> tuple[VerifierVerdict, str | None]:
         t0 = self.clock.now()
         died: str | None = None
         try:

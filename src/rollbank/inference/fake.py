@@ -31,10 +31,8 @@ What the fake simulates, and its invariants
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import struct
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -45,6 +43,7 @@ from rollbank.errors import (
     ServerOverloadedError,
     ServerUnreachableError,
 )
+from rollbank.inference.prefix_cache import BlockPrefixCache, digest
 from rollbank.inference.protocol import (
     FinishReason,
     GenerateRequest,
@@ -77,14 +76,6 @@ class FakeTokenizer:
     @property
     def eos_token_id(self) -> int | None:
         return self.EOS
-
-
-def _digest(*parts: object) -> bytes:
-    h = hashlib.blake2b(digest_size=16)
-    for p in parts:
-        h.update(repr(p).encode())
-        h.update(b"\x00")
-    return h.digest()
 
 
 @dataclass
@@ -129,7 +120,7 @@ class FakeInferenceServer:
     requests_seen: list[GenerateRequest] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
-        self._cache: OrderedDict[bytes, None] = OrderedDict()
+        self._cache = BlockPrefixCache(self.block_size, self.cache_capacity_blocks)
         self._inflight: dict[str, _InFlight] = {}
         self._running = 0
         self._waiting = 0
@@ -235,37 +226,10 @@ class FakeInferenceServer:
         async with self._slot_free:
             await self._slot_free.wait_for(lambda: predicate(self))
 
-    # ------------------------------------------------------------------ prefix cache
-    def _block_keys(self, tokens: Sequence[int], lora: str | None) -> list[bytes]:
-        parent = _digest("root", self.weights_path, lora)
-        keys: list[bytes] = []
-        for i in range(len(tokens) // self.block_size):
-            block = tuple(tokens[i * self.block_size : (i + 1) * self.block_size])
-            parent = _digest(parent, block)
-            keys.append(parent)
-        return keys
-
-    def _lookup(self, tokens: Sequence[int], lora: str | None) -> int:
-        hit = 0
-        # vLLM never counts the last prompt token as cached (it must be recomputed).
-        for key in self._block_keys(tokens[: max(len(tokens) - 1, 0)], lora):
-            if key not in self._cache:
-                break
-            self._cache.move_to_end(key)
-            hit += self.block_size
-        return hit
-
-    def _insert(self, tokens: Sequence[int], lora: str | None) -> None:
-        for key in self._block_keys(tokens, lora):
-            self._cache[key] = None
-            self._cache.move_to_end(key)
-        while len(self._cache) > self.cache_capacity_blocks:
-            self._cache.popitem(last=False)
-
     # ------------------------------------------------------------------ generation
     def _sample(self, req: GenerateRequest, context: Sequence[int], step: int) -> tuple[int, float]:
         greedy = req.sampling.temperature <= 0.0
-        key = _digest(
+        key = digest(
             self.seed,
             self.weights_path,
             req.lora,
@@ -352,7 +316,7 @@ class FakeInferenceServer:
     ) -> GenerateResult:
         sp = req.sampling
         t_start = self.clock.now()
-        cached = self._lookup(prompt, req.lora)
+        cached = self._cache.lookup(prompt, (self.weights_path, req.lora))
         self.counters.prefix_cache_queries += len(prompt)
         self.counters.prefix_cache_hits += cached
         self.counters.prompt_tokens += len(prompt)
@@ -397,7 +361,7 @@ class FakeInferenceServer:
             if hit is not None:
                 finish = "stop"
                 break
-        self._insert(prompt + out, req.lora)
+        self._cache.insert(prompt + out, (self.weights_path, req.lora))
         text = self.tokenizer.decode(out)
         for s in sp.stop:
             if s and s in text:

@@ -68,7 +68,9 @@ class ServerConfig(Section):
         description="VLLM_CPU_OMP_THREADS_BIND per server; None: one server uses all cores, "
         "several servers get core i % cores each",
     )
-    startup_timeout_s: float = Field(default=600.0, gt=0, description="max wait for a server to turn healthy")
+    startup_timeout_s: float = Field(
+        default=1200.0, gt=0, description="max wait for a server to turn healthy (cold compile on a busy CPU takes minutes)"
+    )
     health_interval_s: float = Field(default=2.0, gt=0, description="supervisor check period")
     unhealthy_after: int = Field(default=3, ge=1, description="consecutive failed health checks that mean dead")
     max_restarts: int = Field(default=3, ge=0, description="restarts per server before giving up")
@@ -337,6 +339,10 @@ class ManagedServers:
         async with asyncio.TaskGroup() as tg:
             for c in self.clients:
                 tg.create_task(c.reload_weights(weights_path, version=version))
+        self.remember_weights(weights_path, version)
+
+    def remember_weights(self, weights_path: str, version: int) -> None:
+        """Record weights published by someone else (e.g. WeightPublisher) for restarts."""
         self._weights = (weights_path, version)
 
     async def load_lora(self, name: str, path: str) -> None:

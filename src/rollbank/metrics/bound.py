@@ -12,6 +12,9 @@ rate, ``X_p*`` prefill rate, ``S`` sandbox slots.
 - sandbox work    sum o_i / S, o_i = L_i (a sandbox is held for at least the critical path).
 
 T_LB is the maximum of the three; efficiency is T_LB / T_measured (<= 1 when the bound holds).
+When the capacity declares ``verifier_slots`` (verifiers are CPU-bound test suites and
+rollbank runs at most that many at once), a fourth term ``verifier_work = sum v_i / slots``
+joins the maximum; it is reported separately so the reference's three terms stay visible.
 Measured tool, set-up and verify latencies are used as they were observed (they include host
 contention, so the bound is of *this* environment on *this* machine). TTFT_min(p) is
 ``ttft_floor_s + p / prefill_rate_single``.
@@ -39,6 +42,7 @@ class Capacity:
     sandbox_slots: int  # S
     ttft_floor_s: float = 0.0  # fixed per-request overhead (HTTP, scheduling), measured
     source: str = "declared"  # "measured" when calibrated against the real servers
+    verifier_slots: int | None = None  # verifiers at once (CPU-bound); None: no such term
 
     def __post_init__(self) -> None:
         for name in ("decode_rate_single", "decode_rate_max", "prefill_rate_single",
@@ -62,10 +66,12 @@ class LowerBound:
     sandbox_work_s: float
     groups_in_pool: int
     groups_needed: int
+    verifier_work_s: float = 0.0
 
     @property
     def t_lb(self) -> float:
-        return max(self.critical_path_s, self.inference_work_s, self.sandbox_work_s)
+        return max(self.critical_path_s, self.inference_work_s, self.sandbox_work_s,
+                   self.verifier_work_s)
 
     @property
     def binding_term(self) -> str:
@@ -73,6 +79,7 @@ class LowerBound:
             "critical_path": self.critical_path_s,
             "inference_work": self.inference_work_s,
             "sandbox_work": self.sandbox_work_s,
+            "verifier_work": self.verifier_work_s,
         }
         return max(terms, key=lambda k: terms[k])
 
@@ -130,4 +137,6 @@ def lower_bound(
     p = sum(sum(uncached_prefill(t)) for t in accepted)
     inference = max(d / cap.decode_rate_max, p / cap.prefill_rate_max)
     sandbox = sum(critical_path(t, cap) for t in accepted) / cap.sandbox_slots
-    return LowerBound(path_term, inference, sandbox, len(paths), need)
+    verifier = (sum(t.verify_s for t in accepted) / cap.verifier_slots
+                if cap.verifier_slots else 0.0)
+    return LowerBound(path_term, inference, sandbox, len(paths), need, verifier)

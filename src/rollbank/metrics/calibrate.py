@@ -46,6 +46,7 @@ async def calibrate(
     decode_tokens: int = 64,
     concurrency: int = 8,
     seed: int = 1234,
+    verifier_slots: int | None = None,
 ) -> Capacity:
     rng = random.Random(seed)
     vocab = max(vocab_size, 11)
@@ -85,4 +86,5 @@ async def calibrate(
         sandbox_slots=sandbox_slots,
         ttft_floor_s=floor,
         source="measured",
+        verifier_slots=verifier_slots,
     )

@@ -10,8 +10,10 @@ scheduler's closed vocabulary.
 Invariants
 - Lines are appended in emission order; each line is a complete JSON object with ``kind``
   and ``t`` (seconds on the collector clock) and, for run-level events, wall time ``wall``.
-- :meth:`emit` never blocks on I/O: lines are buffered and written on :meth:`flush` (called
-  at every ``batch_ready`` and on close), so a crash loses at most one batch window of events.
+- :meth:`emit` does no I/O most of the time: lines are buffered and written on :meth:`flush`
+  (at every ``batch_ready``, every ``flush_every`` lines, at most ``flush_interval_s`` after
+  the oldest buffered line, and on close), so a crash loses at most a few seconds of events
+  and ``tail -f`` follows a run.
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ def _json_default(o: object) -> Any:
 class EventLog:
     """Append-only JSONL event log (an :class:`EventSink`)."""
 
-    def __init__(self, path: Path, *, flush_every: int = 256) -> None:
+    def __init__(self, path: Path, *, flush_every: int = 256, flush_interval_s: float = 2.0
+                 ) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._fh: IO[str] | None = path.open("a", encoding="utf-8")
         self._buf: list[str] = []
         self._flush_every = flush_every
+        self._flush_interval = flush_interval_s
+        self._oldest: float | None = None
         self.count = 0
 
     def emit(self, event: Event) -> None:
@@ -57,7 +62,10 @@ class EventLog:
     def _append(self, d: dict[str, Any]) -> None:
         self._buf.append(json.dumps(d, default=_json_default, sort_keys=True))
         self.count += 1
-        if len(self._buf) >= self._flush_every:
+        now = time.monotonic()
+        if self._oldest is None:
+            self._oldest = now
+        if len(self._buf) >= self._flush_every or now - self._oldest >= self._flush_interval:
             self.flush()
 
     def flush(self) -> None:
@@ -66,6 +74,7 @@ class EventLog:
         self._fh.write("\n".join(self._buf) + "\n")
         self._fh.flush()
         self._buf.clear()
+        self._oldest = None
 
     def close(self) -> None:
         self.flush()

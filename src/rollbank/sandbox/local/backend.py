@@ -77,6 +77,7 @@ class LocalBackend:
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._snapshots: dict[str, LocalSnapshot] = {}
         self._sem = asyncio.Semaphore(self.config.max_concurrent_starts)
+        self._setup_lock = asyncio.Lock()
         self._owner = owner_tag()
         self._owner_dir = self.config.run_dir / self._owner
         self.mount_dir = self.config.run_dir / "mnt"
@@ -84,6 +85,16 @@ class LocalBackend:
         self._closed = False
 
     # ---------------------------------------------------------------- setup
+    async def _ready(self) -> CgroupLayout:
+        """First use: checks, reaping, cgroup detection, helper build (off the event loop)."""
+        if self._closed:
+            raise SandboxError("backend is closed")
+        if self._layout is None:
+            async with self._setup_lock:
+                if self._layout is None:
+                    await asyncio.to_thread(self._ensure_ready)
+        return self._ensure_ready()
+
     def _ensure_ready(self) -> CgroupLayout:
         if self._closed:
             raise SandboxError("backend is closed")
@@ -120,7 +131,7 @@ class LocalBackend:
 
     # ---------------------------------------------------------------- protocol
     async def start(self, spec: SandboxSpec, *, budget_s: float | None = None) -> LocalSandbox:
-        layout = self._ensure_ready()
+        layout = await self._ready()
         async with self._sem:
             return await self._start(layout, spec, budget_s)
 
@@ -174,7 +185,7 @@ class LocalBackend:
     ) -> list[Sandbox]:
         if not isinstance(snapshot, LocalSnapshot):
             raise SandboxError(f"not a local snapshot: {snapshot!r}")
-        layout = self._ensure_ready()
+        layout = await self._ready()
         started: list[Sandbox] = []
 
         async def one() -> None:
@@ -193,7 +204,7 @@ class LocalBackend:
 
     async def snapshot_spec(self, spec: SandboxSpec) -> LocalSnapshot:
         """The initial state of ``spec`` is its layers: validate them; no copy is needed."""
-        self._ensure_ready()
+        await self._ready()
         for layer in spec.layers:
             if not layer.is_dir():
                 raise SandboxStartError(f"layer is not a directory: {layer}")

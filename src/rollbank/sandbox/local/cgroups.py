@@ -89,15 +89,15 @@ class CgroupLayout:
     def detect(cls) -> CgroupLayout:
         tag = owner_tag()
         if (ROOT / "cgroup.controllers").exists():
-            base = ROOT / _own_path(None).lstrip("/") / "rollbank"
+            # Under the root cgroup (exempt from "no internal processes"): our own cgroup holds
+            # our process, so controllers could not be enabled below it. Untested here (this
+            # machine is a hybrid): fails with IsolationUnavailableError rather than run unlimited.
+            base = ROOT / "rollbank"
             _mkdir(base)
-            enabled = (base.parent / "cgroup.subtree_control").read_text().split()
-            needed = [c for c in ("memory", "pids", "cpu") if c not in enabled]
             try:
-                for ctrl in needed:
-                    (base.parent / "cgroup.subtree_control").write_text(f"+{ctrl}")
-                    (base / "cgroup.subtree_control").write_text(f"+{ctrl}")
                 for ctrl in ("memory", "pids", "cpu"):
+                    if ctrl not in (ROOT / "cgroup.subtree_control").read_text().split():
+                        (ROOT / "cgroup.subtree_control").write_text(f"+{ctrl}")
                     (base / "cgroup.subtree_control").write_text(f"+{ctrl}")
             except OSError as exc:
                 raise IsolationUnavailableError(
@@ -362,7 +362,7 @@ def reap_dead_owners() -> int:
     reaped = 0
     hierarchies: list[tuple[Path, bool]] = []
     if (ROOT / "cgroup.controllers").exists():
-        hierarchies.append((ROOT / _own_path(None).lstrip("/") / "rollbank", True))
+        hierarchies.append((ROOT / "rollbank", True))
     else:
         if (ROOT / "unified" / "cgroup.procs").exists():
             hierarchies.append((ROOT / "unified" / _own_path(None).lstrip("/") / "rollbank", True))

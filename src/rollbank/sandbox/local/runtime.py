@@ -9,7 +9,7 @@ Owns how a sandbox is assembled. Two equivalent paths: the compiled ``rb-helper`
   and the overlay (``lowerdir`` = the read-only layers, top first) at ``run_dir/mnt`` —
   *inside a private mount namespace only*, so the host never sees these mounts and they
   vanish with the namespace — then exec ``bwrap``, which adds user (root mapped to root,
-  capabilities confined to that namespace), pid, uts, ipc, cgroup and (unless the operator
+  capabilities confined to that namespace, no nested user namespaces), pid, uts, ipc, cgroup and (unless the operator
   allows it) network namespaces, pivots into the overlay and runs the sandbox's anchor as its
   pid 1 (``--as-pid-1``: ``rb-helper anchor``, which reaps orphans; ``sleep infinity`` on the
   stock-tool path). ``--die-with-parent`` ties the sandbox to the orchestrator thread that
@@ -48,6 +48,20 @@ _CAP_NUMBERS = {
 DEFAULT_CAP_MASK = sum(1 << _CAP_NUMBERS[c] for c in DEFAULT_CAPS)
 
 
+def _proc_masks() -> list[str]:
+    """Docker's /proc masks: read-only /proc/fs; empty acpi/scsi; /dev/null over kernel files."""
+    args: list[str] = []
+    if Path("/proc/fs").is_dir():
+        args += ["--ro-bind", "/proc/fs", "/proc/fs"]
+    for d in ("acpi", "scsi", "asound"):
+        if Path(f"/proc/{d}").is_dir():
+            args += ["--tmpfs", f"/proc/{d}", "--remount-ro", f"/proc/{d}"]
+    for f in ("kcore", "keys", "timer_list", "sched_debug", "latency_stats"):
+        if Path(f"/proc/{f}").exists():
+            args += ["--ro-bind", "/dev/null", f"/proc/{f}"]
+    return args
+
+
 def overlay_options(layers: Sequence[Path], upper: str, work: str) -> str:
     """``lowerdir=top:...:bottom,upperdir=...,workdir=...`` from layers given lowest first."""
     if not layers:
@@ -59,7 +73,13 @@ def overlay_options(layers: Sequence[Path], upper: str, work: str) -> str:
         if not p.is_dir():
             raise SandboxStartError(f"layer is not a directory: {s}")
     lower = ":".join(str(p) for p in reversed(layers))
-    return f"lowerdir={lower},upperdir={upper},workdir={work}"
+    opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    if len(opts.encode()) >= 4000:  # mount(2) takes one page of options
+        raise SandboxStartError(
+            f"{len(layers)} layers are too many for one overlay mount ({len(opts)} bytes of "
+            "options); squash some layers (or shorten ROLLBANK_CACHE)"
+        )
+    return opts
 
 
 def rlimit_values(*, open_files: int, file_size_mb: int) -> tuple[str, str]:
@@ -90,8 +110,13 @@ def init_argv(
     joins = " && ".join(f"echo $$ > {q(str(f))}" for f in procs_files) or "true"
     opts = overlay_options(layers, f"{m}/upper", f"{m}/work")
     bw = [
-        bwrap, "--bind", f"{m}/root", "/", "--proc", "/proc", "--dev", "/dev",
-        "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-ipc",
+        bwrap, "--bind", f"{m}/root", "/", "--proc", "/proc",
+        # The sandbox's root is host uid 0 (mapped root), and sysctl writes are checked by uid
+        # only: /proc/sys must be read-only (Docker does the same). Net sysctls resolve to the
+        # reader's own network namespace, so the host's /proc/sys shows nothing extra.
+        "--ro-bind", "/proc/sys", "/proc/sys", *_proc_masks(), "--dev", "/dev",
+        "--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0",
+        "--unshare-pid", "--unshare-ipc",
         "--unshare-uts", "--unshare-cgroup-try", "--hostname", hostname,
         "--die-with-parent", "--new-session", "--chdir", "/",
     ]

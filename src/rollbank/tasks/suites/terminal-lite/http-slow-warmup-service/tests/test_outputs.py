@@ -15,7 +15,7 @@ def words():
 
 def digest(w):
     h = w.encode()
-    for _ in range(8000):
+    for _ in range(5000):
         h = hashlib.sha256(h).digest()
     return h.hex()[:16]
 
