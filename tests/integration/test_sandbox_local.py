@@ -100,7 +100,7 @@ async def test_orphans_are_reaped_by_the_sandbox_init(backend: LocalBackend, bas
     sb = await start(backend, base)
     await sb.exec("for i in 1 2 3 4 5; do (sleep 0.05 &) ; done")
     states = ""
-    for _ in range(100):  # wait (bounded) for the orphans to exit
+    for _ in range(600):  # wait (bounded) for the orphans to exit
         states = (await sb.exec("ps -eo stat=,args=")).stdout
         if "sleep 0.05" not in states:
             break
@@ -220,7 +220,7 @@ def test_orchestrator_sigkill_leaves_nothing_behind(base: Path, tmp_path: Path) 
         proc.send_signal(signal.SIGKILL)  # also when an assertion above failed: never leak it
         proc.wait()
     alive = pids
-    for _ in range(400):  # wait (bounded) for the kernel to deliver the death signals
+    for _ in range(1200):  # wait (bounded) for the kernel to deliver the death signals
         alive = [p for p in pids if _alive(p)]
         if not alive:
             break
@@ -306,7 +306,7 @@ async def test_tmux_terminal_for_keystroke_agents(backend: LocalBackend, base: P
     await term.start(cwd="/tmp")
     await term.send(["echo $((6*7)) > answer; cat answer", "Enter"])
     screen = ""
-    for _ in range(100):  # wait (bounded) for bash to run the line
+    for _ in range(600):  # wait (bounded) for bash to run the line
         screen = await term.capture()
         if "\n42" in screen:
             break

@@ -183,3 +183,19 @@ def test_copied_files_belong_to_root_whatever_their_host_owner(builder: Environm
     assert find(built, "data/nested/b.txt").stat().st_uid == 0
     assert find(built, "etc/a.txt").stat().st_uid == 0
     assert find(built, "etc/passwd").is_file()  # /etc is merged into, not replaced
+
+
+def test_run_steps_get_dockers_capabilities_not_all_of_root(builder: EnvironmentBuilder,
+                                                           tmp_path: Path) -> None:
+    task = task_with_dockerfile(tmp_path, "FROM ubuntu:24.04\nRUN chown nobody /tmp && mount -t tmpfs none /mnt\n")
+    with pytest.raises(BuildError, match="permission denied") as err:
+        builder.build(task)
+    assert err.value.line == 2
+
+
+def test_temp_dirs_of_dead_builders_are_reaped(tmp_path: Path) -> None:
+    root = tmp_path / "layers"
+    dead = root / ".tmp-999999999-1"  # no such pid
+    (dead / "upper").mkdir(parents=True)
+    EnvironmentBuilder(BuilderConfig(cache_root=str(root)))
+    assert not dead.exists()

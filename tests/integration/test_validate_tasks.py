@@ -106,6 +106,11 @@ async def verify(backend: LocalBackend, task: Task, agent: str | None = None) ->
         ("echo '{\"a\": 1, \"b\": 1}' > /logs/verifier/reward.json\n", VerifierStatus.PASS),
         ("echo '{\"a\": 1, \"b\": 0}' > /logs/verifier/reward.json\n", VerifierStatus.FAIL),
         ("echo garbage > /logs/verifier/reward.txt\n", VerifierStatus.CRASH),
+        # a verifier dependency missing offline is infra, even though the script writes 0
+        ("uvx -w rollbank-no-such-package==1.0 pytest /tests || echo 0 > /logs/verifier/reward.txt\n",
+         VerifierStatus.CRASH),
+        ("apt-get install -y rollbank-no-such-package || echo 0 > /logs/verifier/reward.txt\n",
+         VerifierStatus.CRASH),
     ],
 )
 async def test_verifier_statuses(backend: LocalBackend, tmp_path: Path, test_sh: str,

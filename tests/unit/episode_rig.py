@@ -18,14 +18,14 @@ from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.harnesses import FencedShellHarness
 from rollbank.episodes.outcome import Reason
 from rollbank.episodes.runner import EpisodeRunner, RunnerConfig
-from rollbank.episodes.sandboxes import WarmSource, spec_for
+from rollbank.episodes.sandboxes import SpecOf, WarmSource, spec_for
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference.fake import FakeInferenceServer, FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
 from rollbank.routing import make_router
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
-from rollbank.sandbox.protocol import Sandbox
+from rollbank.sandbox.protocol import Sandbox, SandboxSpec
 from rollbank.scheduling.types import AttemptKey, AttemptSpec
 from rollbank.tasks.model import Task, TaskFormat
 
@@ -100,7 +100,7 @@ async def rig(responder: Callable[[GenerateRequest], str | None], *, crash: bool
     fakes, clients = make_fake_fleet(servers, responder=responder)
     task = make_task()
     async with WarmPool(backend) as pool:
-        source = WarmSource(pool, {"hello": spec_for(task, None)}, {"hello": ("layer-a",)})
+        source = WarmSource(pool, fake_spec(("layer-a",)))
         verifier = FileVerifier(crash=crash)
         recorded: list[Trajectory] = []
         runner = EpisodeRunner(
@@ -111,3 +111,12 @@ async def rig(responder: Callable[[GenerateRequest], str | None], *, crash: bool
             recorder=Recorder(recorded),
         )
         yield Rig(runner, backend, fakes, verifier, recorded)
+
+
+def fake_spec(hashes: tuple[str, ...]) -> SpecOf:
+    """What a warm source needs: the task's spec (no layers: the fake backend ignores them)."""
+
+    async def spec_of(task: Task) -> tuple[SandboxSpec, tuple[str, ...]]:
+        return spec_for(task, None), hashes
+
+    return spec_of

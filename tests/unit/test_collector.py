@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from episode_rig import FileVerifier, make_task
+from episode_rig import FileVerifier, fake_spec, make_task
 
 from rollbank.batching.writer import ready_batches
 from rollbank.collect_config import CollectConfig, load_collect_config
 from rollbank.collector import InferencePlane, SandboxPlane, collect, task_sequence
 from rollbank.episodes.replay import episode_filename
-from rollbank.episodes.sandboxes import WarmSource, spec_for
+from rollbank.episodes.sandboxes import WarmSource
 from rollbank.errors import ConfigError
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
@@ -51,7 +51,7 @@ async def test_collect_writes_batches_events_episodes_summary_and_report(tmp_pat
     backend = FakeBackend(files={"/app/.keep": b""})
     async with WarmPool(backend) as pool:
         sandboxes = SandboxPlane(
-            WarmSource(pool, {"hello": spec_for(task, None)}, {"hello": ("L",)}), FileVerifier())
+            WarmSource(pool, fake_spec(("L",))), FileVerifier())
         result = await collect(config(), tasks=[task], inference=plane, sandboxes=sandboxes,
                                out_dir=tmp_path / "run", capacity=cap)
     assert not backend.live

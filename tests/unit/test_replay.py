@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from episode_rig import FileVerifier, make_task, script
+from episode_rig import FileVerifier, fake_spec, make_task, script
 
 from rollbank.clock import FakeClock
 from rollbank.episodes.harnesses import FencedShellHarness
@@ -18,7 +18,7 @@ from rollbank.episodes.replay import (
     replay_episode,
 )
 from rollbank.episodes.runner import EpisodeRunner, RunnerConfig
-from rollbank.episodes.sandboxes import WarmSource, spec_for
+from rollbank.episodes.sandboxes import WarmSource
 from rollbank.errors import InputError
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.routing import make_router
@@ -36,7 +36,7 @@ async def _record(tmp_path: Path, *turns: str) -> Path:
     async with WarmPool(backend) as pool:
         runner = EpisodeRunner(
             RunnerConfig(max_turns=4), tasks={"hello": task},
-            source=WarmSource(pool, {"hello": spec_for(task, None)}, {"hello": ("L1",)}),
+            source=WarmSource(pool, fake_spec(("L1",))),
             verifier=FileVerifier(), harness=FencedShellHarness(), tokenizer=FakeTokenizer(),
             clients={c.base_url: c for c in clients},
             router=make_router("sticky", [c.base_url for c in clients], FakeClock()),
@@ -55,7 +55,7 @@ async def _replay(path: Path) -> dict[str, object]:
     async with WarmPool(backend) as pool:
         report = await replay_episode(
             load_episode(path), task=task,
-            source=WarmSource(pool, {"hello": spec_for(task, None)}, {"hello": ("L1",)}),
+            source=WarmSource(pool, fake_spec(("L1",))),
             verifier=FileVerifier(), harness=FencedShellHarness())
     assert not backend.live
     return report.to_dict()

@@ -84,6 +84,19 @@ def test_uv_pip_install_and_pip_skip_installed(shims: Path, tmp_path: Path) -> N
     assert "rollbank offline shim" in res.stdout
 
 
+def test_missing_requirement_is_recorded_as_an_infra_error(shims: Path, tmp_path: Path) -> None:
+    res = run(shims, tmp_path, "PIP_NO_INDEX=1 uvx -w rollbank-no-such-package==1.0 pytest --version")
+    assert res.returncode != 0
+    marker = (tmp_path / "logs" / "rollbank-shim-error.txt").read_text()
+    assert "rollbank-no-such-package==1.0" in marker
+
+
+def test_short_with_flag(shims: Path, tmp_path: Path) -> None:
+    res = run(shims, tmp_path, "uvx -p 3.13 -w pytest==8.4.1 pytest --version")
+    assert res.returncode == 0, res.stderr
+    assert "pytest" in res.stdout + res.stderr
+
+
 def test_unsupported_uv_command_fails_clearly(shims: Path, tmp_path: Path) -> None:
     res = run(shims, tmp_path, "uv publish")
     assert res.returncode == 2

@@ -199,7 +199,12 @@ def _compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
     base = arms.get("naive", {}).get("time_per_batch_s")
     if not base:
         return {"note": "no naive arm result"}
-    out: dict[str, Any] = {"naive_s": round(base, 2)}
+    incomplete = [k for k, a in arms.items()
+                  if "error" in a or a.get("complete_batches") != len(a.get("batch_times_s", []))]
+    out: dict[str, Any] = {"naive_s": round(base, 2), "arms_with_incomplete_batches": incomplete}
+    if incomplete:
+        out["warning"] = ("some arm handed over batches with fewer than G groups (groups "
+                          "dropped for infra failures): its time is not comparable")
     for name, arm in arms.items():
         t = arm.get("time_per_batch_s")
         if name == "naive" or not t:

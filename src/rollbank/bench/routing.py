@@ -88,6 +88,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.bench.routing_workload import (
         ArmResult,
         Workload,
+        bench_client,
         fixed_dispatch,
         peer_client,
         router_dispatch,
@@ -119,7 +120,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             vocab=(16, int(model_cfg["vocab_size"])), seed=args.seed,
             temperature=args.temperature,
         )
-        clients: dict[str, InferenceClient] = dict(zip(urls, fleet.clients, strict=True))
+        clients: dict[str, InferenceClient] = {u: bench_client(u) for u in urls}
         # warm each engine once (first-request compilation), outside every arm
         for i, c in enumerate(fleet.clients):
             await c.generate(GenerateRequest(f"warmup-{i}", list(range(16, 80)), SamplingParams(
@@ -179,13 +180,17 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             name = f"{router_name}:{policy}" + (f"[session={by or 'trajectory'}]" if session else "")
             specs.append((name, functools.partial(peer_arm, name, router_name, policy,
                                                   by or "trajectory")))
-        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in specs}
-        for r in range(args.repeats):
-            k = r % len(specs)  # rotate the order each round so no arm always runs first
-            for name, fn in specs[k:] + specs[:k]:
-                await reset()
-                rounds[name].append(await fn())
-        arms = [merge_rounds(rounds[name]) for name, _ in specs]
+        try:
+            rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in specs}
+            for r in range(args.repeats):
+                k = r % len(specs)  # rotate the order each round so no arm always runs first
+                for name, fn in specs[k:] + specs[:k]:
+                    await reset()
+                    rounds[name].append(await fn())
+            arms = [merge_rounds(rounds[name]) for name, _ in specs]
+        finally:
+            for bc in clients.values():
+                await bc.aclose()
 
     return {
         "bench": "routing",

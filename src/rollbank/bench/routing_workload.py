@@ -284,6 +284,22 @@ def fixed_dispatch(
 
 
 # ---------------------------------------------------------------------- peer routers
+# vLLM's HTTP server closes idle keep-alive connections after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE)
+# and httpx keeps them for 5 s too: a request sent on a connection the server is closing fails
+# with "Server disconnected". Conversations idle between turns, so expire ours well before.
+KEEPALIVE_EXPIRY_S = 2.0
+
+
+def http_transport() -> httpx.AsyncHTTPTransport:
+    return httpx.AsyncHTTPTransport(limits=httpx.Limits(
+        max_connections=256, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S))
+
+
+def bench_client(url: str, model: str | None = None) -> VLLMClient:
+    """A :class:`VLLMClient` whose pooled connections expire before the server drops them."""
+    return VLLMClient(url, model=model, transport=http_transport())
+
+
 class SessionHeaderTransport(httpx.AsyncBaseTransport):
     """Adds ``X-Session-ID`` (what vllm-router's session policies hash) to each request.
 
@@ -292,7 +308,7 @@ class SessionHeaderTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(self, key: Callable[[str], str]) -> None:
-        self._inner = httpx.AsyncHTTPTransport()
+        self._inner = http_transport()
         self._key = key
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

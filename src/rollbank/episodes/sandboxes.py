@@ -7,8 +7,9 @@
   (the naive arm). With ``rebuild`` the task's layers are rebuilt in a private layer cache
   per episode (the shared base filesystem stays cached), as a ``docker build`` per episode
   without a layer cache would; the private cache is deleted when the sandbox closes.
-- :func:`open_sandboxes` opens the backend, builds every task once and yields a
-  :class:`~rollbank.collector.SandboxPlane`-shaped pair (source, verifier).
+- :class:`Layers` builds each task's environment once, lazily (cached by content hash).
+- :func:`open_sandboxes` opens the backend, prepares the tasks it is told to (build and
+  snapshot before the clock starts) and yields a :class:`~rollbank.collector.SandboxPlane`.
 
 Invariants: every sandbox handed out is owned by the caller; leaving :func:`open_sandboxes`
 closes the pool (its stock) and the backend (every sandbox it started).
@@ -20,7 +21,7 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -76,26 +77,47 @@ class TaskVerifier:
                                detail=detail, duration_s=r.duration_s)
 
 
+class Layers:
+    """Built environments by task, built lazily once each (per-task lock), cached by the builder."""
+
+    def __init__(self, builder: BuilderConfig, *, network: bool = False) -> None:
+        self.builder = EnvironmentBuilder(builder)
+        self.network = network
+        self._built: dict[str, tuple[SandboxSpec, tuple[str, ...]]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def spec(self, task: Task) -> tuple[SandboxSpec, tuple[str, ...]]:
+        lock = self._locks.setdefault(task.task_id, asyncio.Lock())
+        async with lock:
+            if task.task_id not in self._built:
+                env = await asyncio.to_thread(self.builder.build, task)
+                self._built[task.task_id] = (spec_for(task, env, network=self.network),
+                                             env.layer_hashes)
+            return self._built[task.task_id]
+
+
+SpecOf = Callable[[Task], Awaitable[tuple[SandboxSpec, tuple[str, ...]]]]
+
+
 class WarmSource:
-    """Fork every episode's sandbox from the task's warm snapshot."""
+    """Fork every episode's sandbox from the task's warm snapshot (made on first use)."""
 
     name = "warm"
 
-    def __init__(self, pool: WarmPool, specs: Mapping[str, SandboxSpec],
-                 layer_hashes: Mapping[str, tuple[str, ...]]) -> None:
+    def __init__(self, pool: WarmPool, spec_of: SpecOf) -> None:
         self.pool = pool
-        self.specs = specs
-        self.layer_hashes = layer_hashes
+        self.spec_of = spec_of
 
-    async def prepare(self, task_ids: Sequence[str]) -> None:
-        """Make every task's snapshot now (set-up, before the collection clock starts)."""
-        for tid in task_ids:
-            await self.pool.snapshot(tid, self.specs[tid])
+    async def prepare(self, tasks: Sequence[Task]) -> None:
+        """Build and snapshot these tasks now (set-up, before the collection clock starts)."""
+        for t in tasks:
+            spec, _ = await self.spec_of(t)
+            await self.pool.snapshot(t.task_id, spec)
 
     async def acquire(self, task: Task, *, budget_s: float | None) -> Acquired:
-        spec = self.specs[task.task_id]
+        spec, hashes = await self.spec_of(task)
         (sb,) = await self.pool.fork(task.task_id, spec, 1, budget_s=budget_s)
-        return Acquired(sb, self.layer_hashes.get(task.task_id, ()), spec.workdir, "warm")
+        return Acquired(sb, hashes, spec.workdir, "warm")
 
     async def aclose(self) -> None:
         return None
@@ -191,15 +213,15 @@ class _CleanupSandbox:
                 await asyncio.to_thread(shutil.rmtree, cache, True)
 
 
-async def build_all(tasks: Sequence[Task], config: BuilderConfig) -> dict[str, BuiltEnvironment]:
-    """Build (or find cached) every task's environment, one at a time (builds are heavy)."""
-    builder = EnvironmentBuilder(config)
-    return {t.task_id: await asyncio.to_thread(builder.build, t) for t in tasks}
-
-
 @contextlib.asynccontextmanager
-async def open_sandboxes(cfg: SandboxSection, tasks: Sequence[Task]) -> AsyncIterator[SandboxPlane]:
-    """Open the local backend and the source the config asks for (warm pool or cold)."""
+async def open_sandboxes(
+    cfg: SandboxSection, tasks: Sequence[Task], *, prepare: Sequence[Task] | None = None
+) -> AsyncIterator[SandboxPlane]:
+    """Open the local backend and the source the config asks for (warm pool or cold).
+
+    Warm: the ``prepare`` tasks (default: all) are built and snapshotted before this yields;
+    any other task is built and snapshotted on its first episode.
+    """
     from rollbank.collector import SandboxPlane
     from rollbank.sandbox.local import LocalBackend
     from rollbank.sandbox.pool import WarmPool
@@ -212,10 +234,7 @@ async def open_sandboxes(cfg: SandboxSection, tasks: Sequence[Task]) -> AsyncIte
             yield SandboxPlane(ColdSource(backend, cfg.builder, rebuild=cfg.cold_rebuild,
                                           network=network), TaskVerifier())
             return
-        envs = await build_all(tasks, cfg.builder)
         pool = await stack.enter_async_context(WarmPool(backend))
-        source = WarmSource(pool, {t.task_id: spec_for(t, envs[t.task_id], network=network)
-                                   for t in tasks},
-                            {tid: e.layer_hashes for tid, e in envs.items()})
-        await source.prepare([t.task_id for t in tasks])
+        source = WarmSource(pool, Layers(cfg.builder, network=network).spec)
+        await source.prepare(tasks if prepare is None else prepare)
         yield SandboxPlane(source, TaskVerifier())

@@ -19,7 +19,8 @@ Sequence (:func:`run_verifier`, called only after the agent finished)
    the scalar is their mean).
 
 Classification: timeout -> ``verifier_timeout``; a reward that cannot be parsed, or no reward
-and a non-zero exit / signal (e.g. a missing interpreter, exit 126/127) -> ``verifier_crash``;
+and a non-zero exit / signal (e.g. a missing interpreter, exit 126/127), or a shim's record of a
+dependency it could not install offline -> ``verifier_crash``;
 exit 0 but no reward -> ``verifier_no_reward``; otherwise ``verified_pass`` when the reward is 1
 (every reward.json entry 1) and ``verified_fail`` below that.
 """
@@ -43,6 +44,8 @@ from rollbank.tasks.shims import SHIM_DIR, shim_files
 
 REWARD_TXT = "/logs/verifier/reward.txt"
 REWARD_JSON = "/logs/verifier/reward.json"
+#: Written by the offline shims when a verifier dependency cannot be installed offline.
+SHIM_ERROR = "/logs/verifier/rollbank-shim-error.txt"
 OUTPUT_LIMIT = 256 * 1024
 PASS_EPS = 1e-9
 #: Kill every process of the sandbox but its pid 1, the sandbox's anchor (``sleep infinity``)
@@ -223,6 +226,11 @@ async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None 
                              output_limit=OUTPUT_LIMIT)
     if res.timed_out or res.budget_exhausted:
         return classify(res, None, None)
+    shim_error = await _read_optional(sandbox, SHIM_ERROR)
+    if shim_error is not None:
+        return VerifierResult(VerifierStatus.CRASH, None, exit_code=res.exit_code, signal=res.signal,
+                              duration_s=res.duration_s, stdout_tail=res.stdout[-4000:],
+                              stderr_tail=res.stderr[-4000:], error=shim_error.strip()[:2000])
     txt = await _read_optional(sandbox, REWARD_TXT)
     js = None if txt is not None else await _read_optional(sandbox, REWARD_JSON)
     return classify(res, txt, js)

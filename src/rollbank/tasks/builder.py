@@ -101,6 +101,14 @@ class EnvironmentBuilder:
         root = Path(self.config.cache_root) if self.config.cache_root else cache_dir() / "layers"
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Remove temp dirs of builders that died (SIGKILL): ``.tmp-<pid>-*`` of dead pids."""
+        for d in self.root.glob(".tmp-*"):
+            pid = d.name.split("-")[1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(d, ignore_errors=True)
 
     async def build_async(self, task: Task) -> BuiltEnvironment:
         """:meth:`build` in a worker thread (builds block on subprocesses and locks)."""

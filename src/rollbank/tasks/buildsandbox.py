@@ -3,8 +3,8 @@
 Owns: the only place where build steps execute. A step runs as real root (as in
 ``docker build``) inside ``unshare --mount --propagation private``, where an overlayfs is
 mounted (read-only lower layers + an empty upper directory), then ``bwrap`` enters it with the
-merged tree as ``/``, a fresh ``/dev`` and ``/proc``, its own PID/IPC/UTS namespaces, the host
-network (build steps may reach the package registries) and the host ``/etc/resolv.conf``
+merged tree as ``/``, a fresh ``/dev`` and ``/proc``, its own PID/IPC/UTS namespaces, Docker's
+default capability set (:data:`DOCKER_CAPS`, not all of root's), the host network (build steps may reach the package registries) and the host ``/etc/resolv.conf``
 bound read-only. The upper directory, afterwards, *is* the new layer (whiteouts included).
 
 Invariants
@@ -33,6 +33,11 @@ from rollbank.errors import BuildError
 from rollbank.tasks.shims import BUILD_SHIM_DIR
 
 RESOLV = Path("/etc/resolv.conf")
+#: Docker's default capability set: what `docker build` grants RUN steps. Not ALL: a step runs
+#: as the host's real root and must not load modules, mount, or change host-wide sysctls.
+DOCKER_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+               "CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+               "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE")
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,9 @@ def run_step(
         raise BuildError(f"too many layers for one overlay mount ({len(lowers)})")
     bwrap = ["bwrap", "--bind", str(merged), "/", "--dev", "/dev", "--proc", "/proc",
              "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "rollbank-build",
-             "--die-with-parent", "--new-session", "--cap-add", "ALL", "--clearenv"]
+             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    for cap in DOCKER_CAPS:
+        bwrap += ["--cap-add", cap]
     if not network:
         bwrap.append("--unshare-net")
     env = dict(env)

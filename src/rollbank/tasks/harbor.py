@@ -75,11 +75,11 @@ def load(path: Path, config: LoaderConfig | None = None) -> Task:
     compose_ignored = dockerfile is not None and any(
         (env_dir / n).exists() for n in ("docker-compose.yaml", "docker-compose.yml"))
 
-    solution = root / "solution" / "solve.sh"
-    if solution.exists() or solution.is_symlink():
-        folder.check_inside(root, solution, what="solution script")
-    else:
-        solution = None  # type: ignore[assignment]
+    solve = root / "solution" / "solve.sh"
+    solution: Path | None = None
+    if solve.exists() or solve.is_symlink():
+        folder.check_inside(root, solve, what="solution script")
+        solution = solve
 
     warnings: list[str] = []
     if compose_ignored:

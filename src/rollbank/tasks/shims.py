@@ -11,16 +11,18 @@ Owns: the exact set of programs the verifier writes into ``/opt/rollbank-verifie
 
 What is shimmed (nothing else is rewritten; the test script itself is never edited)
 - ``apt-get``: ``update`` prints a note and succeeds; ``install`` succeeds when every named
-  package is already installed (``dpkg-query``); anything else runs the real apt-get (which
-  fails offline, honestly).
+  package is already installed (``dpkg-query``), else runs the real apt-get, which fails
+  offline: then ``/logs/verifier/rollbank-shim-error.txt`` records it and the verifier run
+  is an infrastructure failure (``verifier_crash``), whatever reward the script writes next.
 - ``curl`` / ``wget``: a request for the astral.sh uv installer (``astral.sh/uv`` or
   ``.../uv/.../install.sh``) returns a small installer script instead, which links ``uv``/
   ``uvx`` into ``$HOME/.local/bin`` and writes ``$HOME/.local/bin/env`` and ``$HOME/.cargo/env``
   (add that directory to PATH, as uv's own installers do). Every other request runs the real program.
 - ``uv`` / ``uvx``: ``uvx``/``uv tool run`` [``--with REQ``...] TOOL ARGS and ``uv run``:
   requirements already installed (any version; a different version is reported on stderr) are
-  dropped, missing ones go to ``python3 -m pip install`` (fails offline, honestly), then TOOL
-  runs (``pytest`` as ``python3 -m pytest``). ``uv venv DIR`` = ``python3 -m venv
+  dropped, missing ones go to ``python3 -m pip install`` (fails offline: recorded in
+  ``rollbank-shim-error.txt`` as above, so a missing verifier dependency is infra, not a zero
+  reward), then TOOL runs (``pytest`` as ``python3 -m pytest``). ``uv venv DIR`` = ``python3 -m venv
   --system-site-packages --without-pip`` (so the base's pytest is visible); ``uv pip install``
   and ``uv add`` = the same requirement filtering; ``uv init``/``sync``/``lock``/``python``/``cache``
   do nothing.
@@ -67,9 +69,22 @@ def ensure(reqs):
                 note(f"{req}: using installed {name} {have}")
     if missing:
         note(f"installing {missing} with pip (offline: this fails unless a local index is set)")
-        rc = subprocess.call([sys.executable, "-m", "pip", "install", "-q", *missing])
+        rc = subprocess.call([sys.executable, "-m", "pip", "install", "-q", "--retries", "0",
+                              "--timeout", "10", *missing])
         if rc:
+            infra_error(f"verifier requirements not installable offline: {' '.join(missing)}")
             sys.exit(rc)
+
+def infra_error(msg):
+    """Mark the verifier run as an infrastructure failure (read by rollbank's verifier)."""
+    note(msg)
+    logs = os.environ.get("ROLLBANK_VERIFIER_LOGS", "/logs/verifier")
+    try:
+        os.makedirs(logs, exist_ok=True)
+        with open(os.path.join(logs, "rollbank-shim-error.txt"), "a") as f:
+            f.write(msg + "\n")
+    except OSError:
+        pass
 
 def reqs_of(files):
     out = []
@@ -82,12 +97,15 @@ VALUE_OPTS = {"--python", "-p", "--directory", "--project", "--from", "--index-u
               "--extra-index-url", "--cache-dir", "--python-preference", "--index", "--group",
               "--extra", "--env-file", "--constraint", "-c", "--prefix", "--target", "--color"}
 
+ALIASES = {"-w": "--with", "--python": "-p"}
+
 def split_opts(args, collect=("--with",)):
     """Leading options of a uv command -> ({opt: [values]}, rest)."""
     opts, i = {}, 0
     while i < len(args) and args[i].startswith("-") and args[i] != "--":
         a = args[i]
         name, eq, val = a.partition("=")
+        name = ALIASES.get(name, name)
         if name in collect or name in VALUE_OPTS or name in ("-r", "--requirement", "--with-requirements"):
             if not eq:
                 i += 1
@@ -184,7 +202,10 @@ case "$1" in
     done
     if [ -z "$missing" ]; then echo "[rollbank shim] apt-get install: already installed" >&2; exit 0; fi
     echo "[rollbank shim] apt-get install:$missing not installed; trying the real apt-get (offline)" >&2
-    exec /usr/bin/apt-get install "$@";;
+    /usr/bin/apt-get install "$@" && exit 0
+    logs="${ROLLBANK_VERIFIER_LOGS:-/logs/verifier}"; mkdir -p "$logs"
+    echo "verifier packages not installable offline:$missing" >> "$logs/rollbank-shim-error.txt"
+    exit 100;;
 esac
 exec /usr/bin/apt-get "$@"
 '''

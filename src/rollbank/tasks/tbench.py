@@ -87,10 +87,13 @@ def load(path: Path, config: LoaderConfig | None = None) -> Task:
     if tests_dir.exists():
         folder.check_inside(root, tests_dir, what="tests folder")
 
-    solution = _solution(root, content_hash, config, warnings)
+    agent_timeout = f.number("max_agent_timeout_sec", 360.0)
+    test_timeout = f.number("max_test_timeout_sec", 60.0)
+    difficulty, category, tags = f.string("difficulty"), f.string("category"), f.strings("tags")
     extra = {k: v for k, v in data.items() if k not in KNOWN}
     warnings += [f"task.yaml: unknown key {k!r} kept, not used" for k in extra]
     extra["run_tests_in_same_shell"] = f.boolean("run_tests_in_same_shell", False)
+    solution = _solution(root, content_hash, config, warnings)  # last: it may write a file
     return Task(
         task_id=root.name,
         path=root,
@@ -102,13 +105,13 @@ def load(path: Path, config: LoaderConfig | None = None) -> Task:
         tests_dir=tests_dir,
         test_command=command,
         solution=solution,
-        agent_timeout_s=f.number("max_agent_timeout_sec", 360.0),
-        verifier_timeout_s=f.number("max_test_timeout_sec", 60.0),
+        agent_timeout_s=agent_timeout,
+        verifier_timeout_s=test_timeout,
         build_timeout_s=600.0,
         verifier_env={"TEST_DIR": "/tests"},
-        difficulty=f.string("difficulty"),
-        category=f.string("category"),
-        tags=f.strings("tags"),
+        difficulty=difficulty,
+        category=category,
+        tags=tags,
         cost=None if data.get("cost") is None else str(data["cost"]),
         extra_test_files=extra_files,
         extra=extra,

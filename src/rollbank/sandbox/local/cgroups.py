@@ -156,7 +156,6 @@ class SandboxCgroup:
     v2: Path | None
     pure_v2: bool
     _n: int = field(default=0)
-    _oom_base: int = field(default=0)
 
     # ---------------------------------------------------------------- placement
     def init_procs_files(self) -> list[Path]:
@@ -216,7 +215,6 @@ class SandboxCgroup:
         if _read_int(cpu / "cpu.cfs_period_us") != period:
             (cpu / "cpu.cfs_period_us").write_text(str(period))
         (cpu / "cpu.cfs_quota_us").write_text(str(quota))
-        self._oom_base = self.oom_kills()
 
     def oom_kills(self) -> int:
         if self.pure_v2:
@@ -226,12 +224,6 @@ class SandboxCgroup:
     def pids_limit_hits(self) -> int:
         d = self.v2 if self.pure_v2 else self.v1.get("pids")
         return _kv(d / "pids.events" if d else None).get("max", 0)
-
-    def memory_limit_hits(self) -> int:
-        if self.pure_v2:
-            ev = _kv(self.v2 / "memory.events" if self.v2 else None)
-            return ev.get("max", 0) + ev.get("oom", 0)
-        return _read_int(self.v1["memory"] / "memory.failcnt")
 
     def peak_memory(self) -> int | None:
         if self.pure_v2:

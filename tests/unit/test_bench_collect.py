@@ -1,0 +1,62 @@
+"""bench collect: arm configurations (same capacity and seeds) and the comparison arithmetic."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from rollbank.bench.collect import ARMS, _compare, _quick, add_arguments, arm_config
+
+
+def args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_arms_differ_only_in_their_levers() -> None:
+    a = args("--groups", "8", "--group-size", "4", "--pool-groups", "10")
+    cfgs = {name: arm_config(a, name) for name in ARMS}
+    naive, opt = cfgs["naive"], cfgs["optimized"]
+    assert (naive.scheduler.mode.value, naive.scheduler.pool_groups) == ("naive", 8)
+    assert naive.router.policy.value == "round_robin" and naive.sandbox.warm is False
+    assert (opt.scheduler.mode.value, opt.scheduler.pool_groups) == ("optimized", 10)
+    assert opt.router.policy.value == "cache_aware" and opt.sandbox.warm is True
+    assert cfgs["routing"].router.policy.value == "cache_aware" and not cfgs["routing"].sandbox.warm
+    assert cfgs["sandboxes"].sandbox.warm and cfgs["sandboxes"].scheduler.mode.value == "naive"
+    assert cfgs["bank"].scheduler.pool_groups == 10 and not cfgs["bank"].sandbox.warm
+    for c in cfgs.values():  # same capacity, seeds, tasks, episode limits for every arm
+        assert c.scheduler.sandbox_slots == naive.scheduler.sandbox_slots
+        assert c.scheduler.inference_slots_per_server == naive.scheduler.inference_slots_per_server
+        assert (c.scheduler.seed, c.task_order_seed) == (0, 0)
+        assert c.runner == naive.runner and c.fenced_shell == naive.fenced_shell
+        assert c.inference.managed == naive.inference.managed
+        assert c.scheduler.bank.group_size == 4
+
+
+def test_quick_size() -> None:
+    a = args("--quick")
+    _quick(a)
+    assert a.groups * a.group_size == 16 and a.pool_groups > a.groups
+
+
+def _arm(t: float, complete: int = 1) -> dict[str, object]:
+    return {"time_per_batch_s": t, "complete_batches": complete, "batch_times_s": [t]}
+
+
+def test_comparison_ratios_and_lever_shares() -> None:
+    c = _compare({"naive": _arm(100.0), "routing": _arm(90.0), "sandboxes": _arm(70.0),
+                  "bank": _arm(80.0), "optimized": _arm(40.0)})
+    assert c["headline_ratio"] == 0.4 and c["headline_reduction_pct"] == 60.0
+    assert c["sandboxes"]["saved_s"] == 30.0 and c["routing"]["ratio_vs_naive"] == 0.9
+    assert c["lever_share_of_total_saving"] == {"routing": pytest.approx(10 / 60, abs=1e-3),
+                                                "sandboxes": 0.5,
+                                                "bank": pytest.approx(20 / 60, abs=1e-3)}
+    assert c["arms_with_incomplete_batches"] == [] and "warning" not in c
+
+
+def test_comparison_flags_incomplete_batches() -> None:
+    c = _compare({"naive": _arm(100.0, complete=0), "optimized": _arm(40.0)})
+    assert c["arms_with_incomplete_batches"] == ["naive"] and "warning" in c
+    assert _compare({"optimized": _arm(1.0)}) == {"note": "no naive arm result"}
