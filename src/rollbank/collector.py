@@ -123,6 +123,15 @@ def task_sequence(tasks: Sequence[Task], seed: int | None) -> list[str]:
     return ids
 
 
+def tasks_to_prepare(config: CollectConfig, tasks: Sequence[Task]) -> list[Task]:
+    """The tasks the first groups will run (warm snapshots made before the clock starts)."""
+    sched = config.scheduler.effective()
+    groups = sched.pool_groups + (sched.num_batches - 1) * sched.groups_per_batch
+    ids = task_sequence(tasks, config.task_order_seed)
+    wanted = {ids[k % len(ids)] for k in range(groups + sched.groups_per_batch)}
+    return [t for t in tasks if t.task_id in wanted]
+
+
 def _vocab_size(tok: Tokenizer) -> int:
     return int(getattr(tok, "vocab_size", 0) or 256)
 
@@ -297,6 +306,7 @@ async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> 
     async with contextlib.AsyncExitStack() as stack:
         plane = await stack.enter_async_context(
             open_inference(config.inference, max_model_len=config.runner.max_model_len))
-        sandboxes = await stack.enter_async_context(open_sandboxes(config.sandbox, tasks))
+        sandboxes = await stack.enter_async_context(
+            open_sandboxes(config.sandbox, tasks, prepare=tasks_to_prepare(config, tasks)))
         return await collect(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
                              out_dir=out, setup_s=time.monotonic() - t_setup)

@@ -107,3 +107,15 @@ def test_task_sequence_is_a_seeded_permutation() -> None:
     assert a == b and sorted(a) == [f"t{i}" for i in range(10)]
     assert task_sequence(tasks, None) == sorted(a)
     assert task_sequence(tasks, 4) != a
+
+
+def test_tasks_to_prepare_covers_the_first_groups_only() -> None:
+    from rollbank.collector import tasks_to_prepare
+
+    tasks = [make_task(f"t{i:02d}") for i in range(40)]
+    cfg = load_collect_config(None, {"task_order_seed": None, "scheduler.groups_per_batch": 4,
+                                     "scheduler.pool_groups": 6, "scheduler.num_batches": 2})
+    prep = tasks_to_prepare(cfg, tasks)
+    # pool 6 + one more batch of 4 + a batch of slack (requeues): the first 14 in sequence
+    assert [t.task_id for t in prep] == [f"t{i:02d}" for i in range(14)]
+    assert len(tasks_to_prepare(cfg, tasks[:5])) == 5

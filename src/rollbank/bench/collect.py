@@ -147,7 +147,7 @@ def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     import contextlib
 
-    from rollbank.collector import collect, open_inference, select_tasks
+    from rollbank.collector import collect, open_inference, select_tasks, tasks_to_prepare
     from rollbank.episodes.sandboxes import open_sandboxes
     from rollbank.metrics.calibrate import calibrate
 
@@ -182,7 +182,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             t_setup = time.monotonic()
             try:
                 async with contextlib.AsyncExitStack() as stack:
-                    sandboxes = await stack.enter_async_context(open_sandboxes(cfg.sandbox, tasks))
+                    sandboxes = await stack.enter_async_context(open_sandboxes(
+                        cfg.sandbox, tasks, prepare=tasks_to_prepare(cfg, tasks)))
                     setup = time.monotonic() - t_setup
                     result = await collect(
                         cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
