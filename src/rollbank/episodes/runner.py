@@ -12,8 +12,9 @@ Invariants
   :class:`EpisodeOutcome` (a failed episode is data). Only cancellation propagates.
 - The sandbox (and its shell session) is closed on every path, cancellation included.
 - Every routed request is reported back to the router exactly once (finish or abort).
-- At most ``verifier_slots`` verifiers run at once (one limiter for that CPU resource); the
-  verifier's own timeout starts only once it holds a slot.
+- At most ``verifier_slots`` verifiers run at once (one limiter for that CPU resource),
+  older groups first (the attempt's scheduling priority); the verifier's own timeout starts
+  only once it holds a slot.
 - The returned trajectory matches its :class:`AttemptSpec` (id, group, task, slot, retry,
   seed, launched_at) and carries spans (``episodes/spans.py``) for the metrics.
 - Its token sequence never exceeds ``max_model_len``: an observation after which no turn
@@ -38,6 +39,7 @@ from rollbank.config import Section
 from rollbank.episodes.attribution import VERIFIABLE, LoopEnd, VerifierVerdict, attribute
 from rollbank.episodes.conversation import Conversation
 from rollbank.episodes.harnesses import ActionKind, Harness
+from rollbank.episodes.limiter import PriorityLimiter
 from rollbank.episodes.outcome import Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.spans import Span, add_span
@@ -54,7 +56,7 @@ from rollbank.errors import (
 from rollbank.inference.protocol import GenerateRequest, InferenceClient, Tokenizer
 from rollbank.routing import Router, RouteRequest
 from rollbank.sandbox.protocol import Sandbox, SandboxUsage
-from rollbank.scheduling.types import AttemptSpec
+from rollbank.scheduling.types import AttemptKey, AttemptSpec
 from rollbank.tasks.model import Task
 
 
@@ -128,7 +130,7 @@ class EpisodeRunner:
         self.router = router
         self.clock: Clock = clock or MonotonicClock()
         self.recorder = recorder
-        self._verify_slots = asyncio.Semaphore(config.verifier_slots or os.cpu_count() or 1)
+        self._verify_slots = PriorityLimiter(config.verifier_slots or os.cpu_count() or 1)
 
     # ------------------------------------------------------------ AttemptRunner
     async def run(self, attempt: AttemptSpec) -> Trajectory:
@@ -185,7 +187,7 @@ class EpisodeRunner:
             healthy = True
             if end in VERIFIABLE:
                 await executor.close()
-                verdict, died = await self._verify(sandbox, task, traj)
+                verdict, died = await self._verify(sandbox, task, traj, attempt.key)
                 if died is not None:
                     end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": died}
                 elif verdict.error is not None:
@@ -293,10 +295,11 @@ class EpisodeRunner:
         return False
 
     async def _verify(
-        self, sandbox: Sandbox, task: Task, traj: Trajectory
+        self, sandbox: Sandbox, task: Task, traj: Trajectory, priority: AttemptKey
     ) -> tuple[VerifierVerdict, str | None]:
         """The verdict, and an error text if the sandbox runtime died during verification."""
-        async with self._verify_slots:  # waiting here is sandbox time, not verifier time
+        # waiting here is sandbox time, not verifier time; older groups verify first
+        async with self._verify_slots.slot(priority):
             return await self._verify_now(sandbox, task, traj)
 
     async def _verify_now(
