@@ -91,6 +91,9 @@ def _ms(metrics: Mapping[str, Any] | None, key: str) -> float | None:
     return float(metrics[key]) / 1000.0
 
 
+KEEPALIVE_EXPIRY_S = 2.0
+
+
 class VLLMClient:
     """One vLLM server. ``transport`` is the test seam (``httpx.MockTransport``)."""
 
@@ -115,7 +118,14 @@ class VLLMClient:
             base_url=self._base_url,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
             transport=transport,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=64),
+            # vLLM's server closes idle keep-alive connections after 5 s
+            # (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); reusing one it is closing fails with "Server
+            # disconnected" after any tool pause of ~5 s. Expire ours first.
+            limits=httpx.Limits(
+                max_connections=max_connections,
+                max_keepalive_connections=64,
+                keepalive_expiry=KEEPALIVE_EXPIRY_S,
+            ),
         )
 
     # ------------------------------------------------------------------ basics
