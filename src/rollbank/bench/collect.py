@@ -55,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-turns", type=int, default=3, help="model turns per episode")
     a("--max-tokens", type=int, default=48, help="tokens per model turn")
     a("--step-timeout", type=float, default=20.0, help="per-command timeout (s)")
+    a("--verifier-slots", type=int, default=None,
+      help="verifiers at once (every arm; default: the CPU count)")
     a("--tasks", nargs="+", default=["terminal-lite"], help="task folders or suites")
     a("--exclude-costs", default="expensive-env",
       help="comma-separated task costs left out (default: expensive-env; see module notes)")
@@ -84,6 +86,7 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "runner.max_turns": args.max_turns,
         "fenced_shell.max_tokens": args.max_tokens,
         "runner.step_timeout_s": args.step_timeout,
+        "runner.verifier_slots": args.verifier_slots,
         "runner.max_model_len": 2048,
         "scheduler.mode": "optimized" if lv["bank"] else "naive",
         "scheduler.groups_per_batch": args.groups,
@@ -166,7 +169,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         "capacity_per_arm": {"sandbox_slots": args.sandbox_slots,
                              "inference_slots_per_server": args.inference_slots},
         "episode": {"max_turns": args.max_turns, "max_tokens": args.max_tokens,
-                    "step_timeout_s": args.step_timeout},
+                    "step_timeout_s": args.step_timeout,
+                    "verifier_slots": first.runner.verifier_slots or os.cpu_count()},
         "arms": {},
     }
     t_srv = time.monotonic()
