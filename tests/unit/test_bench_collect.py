@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +62,17 @@ def test_comparison_flags_incomplete_batches() -> None:
     c = _compare({"naive": _arm(100.0, complete=0), "optimized": _arm(40.0)})
     assert c["arms_with_incomplete_batches"] == ["naive"] and "warning" in c
     assert _compare({"optimized": _arm(1.0)}) == {"note": "no naive arm result"}
+
+
+def test_waste_counts_every_waste_event_including_at_close(tmp_path: Path) -> None:
+    from rollbank.bench.collect import waste_from_events
+
+    p = tmp_path / "events.jsonl"
+    p.write_text("\n".join(json.dumps(e) for e in [
+        {"kind": "launched", "t": 0},
+        {"kind": "waste", "t": 5, "reason": "unconsumed_at_close", "held_s": 4.5},
+        {"kind": "waste", "t": 6, "reason": "aborted", "held_s": 1.5},
+        {"kind": "waste", "t": 7, "reason": "unconsumed_at_close", "held_s": 2.0},
+    ]) + "\n")
+    assert waste_from_events(p) == {"attempts": 3, "sandbox_s": 8.0,
+                                    "by_reason": {"unconsumed_at_close": 2, "aborted": 1}}

@@ -116,7 +116,8 @@ def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
     bs = result.batches
     n = max(len(bs), 1)
     acct = [b.extra.get("accounting", {}) for b in bs]
-    waste_s = sum(a.get("waste_s", 0.0) for a in acct)
+    waste = waste_from_events(result.out_dir / "events.jsonl")
+    waste_s = waste["sandbox_s"]
     consumed_s = sum(a.get("consumed_s", 0.0) for a in acct)
     lb = [b.lower_bound for b in bs]
     return {
@@ -137,14 +138,28 @@ def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
         "trajectories_accepted": sum(b.n_trajectories for b in bs),
         "attempts_finished": len(result.trajectories),
         "ledger": result.ledger,
-        "waste": {"sandbox_s": round(waste_s, 1), "consumed_sandbox_s": round(consumed_s, 1),
+        "waste": {"attempts": waste["attempts"], "sandbox_s": round(waste_s, 1),
+                  "consumed_sandbox_s": round(consumed_s, 1),
                   "share": round(waste_s / (waste_s + consumed_s), 3) if waste_s + consumed_s else 0,
-                  "by_reason": [a.get("waste_by_reason", {}) for a in acct]},
+                  "by_reason": waste["by_reason"]},
         "carried": [a.get("carried", 0) for a in acct],
         "selection": [b.extra.get("profile", {}) for b in bs],
         "setup_s": round(setup_s, 2),
         "output": str(result.out_dir),
     }
+
+
+def waste_from_events(path: Path) -> dict[str, Any]:
+    """Every attempt settled as waste in a run (in a batch window or at close), with the
+    sandbox-slot seconds it held, from the run's event log."""
+    from rollbank.metrics.events import read_events
+
+    rows = [e for e in read_events(path) if e.get("kind") == "waste"]
+    by: dict[str, int] = {}
+    for e in rows:
+        by[str(e.get("reason"))] = by.get(str(e.get("reason")), 0) + 1
+    return {"attempts": len(rows), "sandbox_s": sum(float(e.get("held_s", 0.0)) for e in rows),
+            "by_reason": by}
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
