@@ -1,8 +1,10 @@
 """In-memory fake inference server, client and tokenizer for unit tests and simulations.
 
-Owns: :class:`FakeInferenceServer` (a simulated engine), :class:`FakeInferenceClient` (an
+Owns: :class:`FakeInferenceServer` (a simulated engine). Re-exports, for one import site,
+:class:`FakeInferenceClient` and :func:`make_fake_fleet` (``fake_client.py``: an
 :class:`~rollbank.inference.protocol.InferenceClient` over one fake server) and
-:class:`FakeTokenizer` (byte-level, implements :class:`~rollbank.inference.protocol.Tokenizer`).
+:class:`FakeTokenizer` (``fake_tokenizer.py``: byte-level
+:class:`~rollbank.inference.protocol.Tokenizer`).
 
 What the fake simulates, and its invariants
 - Generation is deterministic: the same (server seed, weights, LoRA, prompt, temperature,
@@ -41,8 +43,9 @@ from rollbank.errors import (
     BadRequestError,
     EngineDeadError,
     ServerOverloadedError,
-    ServerUnreachableError,
 )
+from rollbank.inference.fake_client import FakeInferenceClient, make_fake_fleet
+from rollbank.inference.fake_tokenizer import FakeTokenizer
 from rollbank.inference.prefix_cache import BlockPrefixCache, digest
 from rollbank.inference.protocol import (
     FinishReason,
@@ -53,29 +56,15 @@ from rollbank.inference.protocol import (
     Timings,
 )
 
+__all__ = [
+    "FakeInferenceClient",
+    "FakeInferenceServer",
+    "FakeTokenizer",
+    "Responder",
+    "make_fake_fleet",
+]
+
 Responder = Callable[[GenerateRequest], str | None]
-
-
-class FakeTokenizer:
-    """Byte-level tokenizer: ids 0..255 are UTF-8 bytes, 256 is BOS, 257 is EOS."""
-
-    BOS = 256
-    EOS = 257
-    vocab_size = 258
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", errors="replace")
-
-    @property
-    def bos_token_id(self) -> int | None:
-        return self.BOS
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.EOS
 
 
 @dataclass
@@ -386,89 +375,3 @@ class FakeInferenceServer:
             ),
             cached_prompt_tokens=cached,
         )
-
-
-class FakeInferenceClient:
-    """:class:`InferenceClient` over a :class:`FakeInferenceServer` (several may share one).
-
-    ``unreachable = True`` makes every call raise :class:`ServerUnreachableError`, to test
-    how callers handle a server that went away.
-    """
-
-    def __init__(self, server: FakeInferenceServer) -> None:
-        self.server = server
-        self.unreachable = False
-        self.closed = False
-
-    def _check(self) -> None:
-        if self.closed:
-            raise RuntimeError("FakeInferenceClient is closed")
-        if self.unreachable:
-            raise ServerUnreachableError("connection refused (fake)", server=self.server.base_url)
-
-    @property
-    def base_url(self) -> str:
-        return self.server.base_url
-
-    @property
-    def policy_version(self) -> int:
-        return self.server.policy_version
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        self._check()
-        return await self.server.generate(request)
-
-    async def abort(self, request_id: str) -> None:
-        self._check()
-        self.server.abort(request_id)
-
-    async def pause(self, mode: PauseMode = "wait", *, clear_cache: bool = True) -> None:
-        self._check()
-        await self.server.pause(mode, clear_cache=clear_cache)
-
-    async def resume(self) -> None:
-        self._check()
-        self.server.resume()
-
-    async def is_paused(self) -> bool:
-        self._check()
-        return self.server.is_paused
-
-    async def reset_prefix_cache(self) -> None:
-        self._check()
-        self.server.reset_prefix_cache()
-
-    async def reload_weights(self, weights_path: str, *, version: int) -> None:
-        self._check()
-        self.server.reload_weights(weights_path, version=version)
-
-    async def load_lora(self, name: str, path: str) -> None:
-        self._check()
-        self.server.load_lora(name, path)
-
-    async def unload_lora(self, name: str) -> None:
-        self._check()
-        self.server.unload_lora(name)
-
-    async def health(self) -> bool:
-        if self.closed or self.unreachable:
-            return False
-        return not self.server.is_dead
-
-    async def metrics(self) -> ServerMetrics:
-        self._check()
-        return self.server.metrics()
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
-def make_fake_fleet(
-    n: int, **server_kwargs: object
-) -> tuple[list[FakeInferenceServer], list[FakeInferenceClient]]:
-    """``n`` fake servers named ``fake://server-i`` with one client each."""
-    servers = [
-        FakeInferenceServer(base_url=f"fake://server-{i}", **server_kwargs)  # type: ignore[arg-type]
-        for i in range(n)
-    ]
-    return servers, [FakeInferenceClient(s) for s in servers]

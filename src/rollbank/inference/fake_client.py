@@ -1,0 +1,103 @@
+"""The fake :class:`~rollbank.inference.protocol.InferenceClient` over a fake server.
+
+Re-exported by :mod:`rollbank.inference.fake` (which owns :class:`FakeInferenceServer`); this
+module imports the server lazily, so the two modules never import each other at load time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rollbank.errors import ServerUnreachableError
+from rollbank.inference.protocol import GenerateRequest, GenerateResult, PauseMode, ServerMetrics
+
+if TYPE_CHECKING:
+    from rollbank.inference.fake import FakeInferenceServer
+
+
+class FakeInferenceClient:
+    """:class:`InferenceClient` over a :class:`FakeInferenceServer` (several may share one).
+
+    ``unreachable = True`` makes every call raise :class:`ServerUnreachableError`, to test
+    how callers handle a server that went away.
+    """
+
+    def __init__(self, server: FakeInferenceServer) -> None:
+        self.server = server
+        self.unreachable = False
+        self.closed = False
+
+    def _check(self) -> None:
+        if self.closed:
+            raise RuntimeError("FakeInferenceClient is closed")
+        if self.unreachable:
+            raise ServerUnreachableError("connection refused (fake)", server=self.server.base_url)
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def policy_version(self) -> int:
+        return self.server.policy_version
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        self._check()
+        return await self.server.generate(request)
+
+    async def abort(self, request_id: str) -> None:
+        self._check()
+        self.server.abort(request_id)
+
+    async def pause(self, mode: PauseMode = "wait", *, clear_cache: bool = True) -> None:
+        self._check()
+        await self.server.pause(mode, clear_cache=clear_cache)
+
+    async def resume(self) -> None:
+        self._check()
+        self.server.resume()
+
+    async def is_paused(self) -> bool:
+        self._check()
+        return self.server.is_paused
+
+    async def reset_prefix_cache(self) -> None:
+        self._check()
+        self.server.reset_prefix_cache()
+
+    async def reload_weights(self, weights_path: str, *, version: int) -> None:
+        self._check()
+        self.server.reload_weights(weights_path, version=version)
+
+    async def load_lora(self, name: str, path: str) -> None:
+        self._check()
+        self.server.load_lora(name, path)
+
+    async def unload_lora(self, name: str) -> None:
+        self._check()
+        self.server.unload_lora(name)
+
+    async def health(self) -> bool:
+        if self.closed or self.unreachable:
+            return False
+        return not self.server.is_dead
+
+    async def metrics(self) -> ServerMetrics:
+        self._check()
+        return self.server.metrics()
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def make_fake_fleet(
+    n: int, **server_kwargs: object
+) -> tuple[list[FakeInferenceServer], list[FakeInferenceClient]]:
+    """``n`` fake servers named ``fake://server-i`` with one client each."""
+    from rollbank.inference.fake import FakeInferenceServer  # runtime import: fake imports us
+
+    servers = [
+        FakeInferenceServer(base_url=f"fake://server-{i}", **server_kwargs)  # type: ignore[arg-type]
+        for i in range(n)
+    ]
+    return servers, [FakeInferenceClient(s) for s in servers]
