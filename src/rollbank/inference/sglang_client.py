@@ -32,7 +32,6 @@ Transport, retries and error typing are inherited from
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from rollbank.errors import BadRequestError, InferenceError
@@ -79,22 +78,18 @@ class SGLangClient(VLLMClient):
             body["lora_path"] = req.lora
         return body
 
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        rid = request.request_id
-        version = self.policy_version
-        t0 = time.monotonic()
-        self._inflight.add(rid)
-        try:
-            resp = await self._send("POST", "/generate", json=self.generate_body(request), request_id=rid)
-        finally:
-            self._inflight.discard(rid)
-        total = time.monotonic() - t0
-        try:
-            return self._parse_generate(request, resp.json(), version, total)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise InferenceError(
-                f"malformed /generate response: {exc!r}", server=self.base_url, request_id=rid
-            ) from exc
+    GENERATE_PATH = "/generate"
+
+    def _generate_body(self, request: GenerateRequest) -> dict[str, Any]:
+        return self.generate_body(request)
+
+    def _generate_headers(self, request_id: str) -> dict[str, str] | None:
+        return None
+
+    def _generate_parse(
+        self, request: GenerateRequest, data: dict[str, Any], version: int, total_s: float
+    ) -> GenerateResult:
+        return self._parse_generate(request, data, version, total_s)
 
     def _parse_generate(
         self, request: GenerateRequest, data: dict[str, Any], version: int, total_s: float

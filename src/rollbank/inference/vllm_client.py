@@ -223,6 +223,7 @@ class VLLMClient:
         return body
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Send one generation; engine-specific parts are the ``_generate_*`` hooks."""
         rid = request.request_id
         version = self._version
         t0 = time.monotonic()
@@ -230,20 +231,36 @@ class VLLMClient:
         try:
             resp = await self._send(
                 "POST",
-                "/v1/completions",
-                json=self.completion_body(request),
-                headers={"X-Request-Id": rid},
+                self.GENERATE_PATH,
+                json=self._generate_body(request),
+                headers=self._generate_headers(rid),
                 request_id=rid,
             )
         finally:
             self._inflight.discard(rid)
         total = time.monotonic() - t0
         try:
-            return self._parse_completion(request, resp.json(), version, total)
+            return self._generate_parse(request, resp.json(), version, total)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise InferenceError(
-                f"malformed completion response: {exc!r}", server=self._base_url, request_id=rid
+                f"malformed {self.GENERATE_PATH} response: {exc!r}",
+                server=self._base_url,
+                request_id=rid,
             ) from exc
+
+    # Hooks a client for another engine's native endpoint overrides (see sglang_client).
+    GENERATE_PATH = "/v1/completions"
+
+    def _generate_body(self, request: GenerateRequest) -> dict[str, Any]:
+        return self.completion_body(request)
+
+    def _generate_headers(self, request_id: str) -> dict[str, str] | None:
+        return {"X-Request-Id": request_id}
+
+    def _generate_parse(
+        self, request: GenerateRequest, data: dict[str, Any], version: int, total_s: float
+    ) -> GenerateResult:
+        return self._parse_completion(request, data, version, total_s)
 
     def _parse_completion(
         self, request: GenerateRequest, data: dict[str, Any], version: int, total_s: float
