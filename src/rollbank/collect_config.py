@@ -22,6 +22,7 @@ from rollbank.episodes.harnesses import (
     Terminus2Harness,
 )
 from rollbank.episodes.runner import RunnerConfig
+from rollbank.episodes.workload import WorkloadConfig
 from rollbank.errors import ConfigError
 from rollbank.inference.server import ServerConfig
 from rollbank.routing import RouterConfig
@@ -121,6 +122,10 @@ class CollectConfig(Section):
     terminus2: Terminus2Config = Field(
         default_factory=lambda: Terminus2Config.model_validate({}),
         description="terminus-2 harness settings",
+    )
+    workload: WorkloadConfig = Field(
+        default_factory=lambda: WorkloadConfig.model_validate({}),
+        description="who decides actions: the model, or a seeded Terminal-Bench-shaped trace",
     )
     runner: RunnerConfig = Field(default_factory=lambda: RunnerConfig.model_validate({}), description="episode limits")
     scheduler: SchedulerConfig = Field(

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.asyncio(loo
 TASKS = ["hello-greeting", "count-lines"]
 
 
-def config(out: Path, *, warm: bool) -> CollectConfig:
+def config(out: Path, *, warm: bool, extra: dict[str, object] | None = None) -> CollectConfig:
     return load_collect_config(None, {
         "include": TASKS, "output": str(out), "metrics.live": "off",
         "runner.max_turns": 2, "fenced_shell.max_tokens": 24,
@@ -39,7 +39,7 @@ def config(out: Path, *, warm: bool) -> CollectConfig:
         "sandbox.warm": warm, "sandbox.cold_rebuild": True,
         "inference.managed.model": "tiny", "inference.managed.num_servers": 1,
         "inference.managed.kv_cache_gib": 1.0, "inference.calibrate": True,
-    })
+    } | (extra or {}))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -102,3 +102,29 @@ async def test_replay_a_real_episode(plane: InferencePlane, tmp_path: Path) -> N
     assert d["reward_recorded"] == d["reward_replayed"], d
     assert d["ok"], d
     assert result.trajectories
+
+
+async def test_trace_workload_on_real_parts(plane: InferencePlane, tmp_path: Path) -> None:
+    """The trace decides turns, token counts and tool time; vLLM, sandboxes and the verifier
+    are real: vLLM honours min_tokens, the sandbox really sleeps, the verifier really runs."""
+    from rollbank.episodes.workload import TraceWorkload
+
+    cfg = config(tmp_path / "run", warm=True, extra={
+        "workload.kind": "trace", "workload.turns_median": 2, "workload.turns_task_sigma": 0.5,
+        "workload.tool_latency_median_s": 0.2, "workload.tool_latency_sigma": 0.3,
+        "workload.tokens_min": 5, "workload.tokens_max": 9})
+    tasks = select_tasks(cfg)
+    async with open_sandboxes(cfg.sandbox, tasks) as sandboxes:
+        result = await collect(cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
+                               out_dir=tmp_path / "run")
+    w = TraceWorkload(cfg.workload)
+    assert len(result.trajectories) == 4
+    for t in result.trajectories:
+        plan = w.plan(t.task_id, t.seed)
+        assert len(t.steps) == len(plan.turns), t.trajectory_id
+        assert [s.action for s in t.steps] == [f"sleep {p.tool_s:.3f}" for p in plan.turns]
+        assert [s.exit_code for s in t.steps] == [0] * len(plan.turns)
+        assert t.num_model_tokens == plan.tokens  # real vLLM generated exactly the planned tokens
+        assert t.tool_s >= plan.tool_s  # the real sandbox slept the planned time
+        assert t.outcome is not None and t.outcome.reward == 0.0 and t.verify_s > 0
+        assert t.meta["workload"]["turns"] == len(plan.turns)

@@ -20,6 +20,7 @@ from rollbank.episodes.outcome import Reason
 from rollbank.episodes.runner import EpisodeRunner, RunnerConfig
 from rollbank.episodes.sandboxes import SpecOf, WarmSource, spec_for
 from rollbank.episodes.trajectory import Trajectory
+from rollbank.episodes.workload import TraceWorkload
 from rollbank.inference.fake import FakeInferenceServer, FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
 from rollbank.routing import make_router
@@ -95,7 +96,7 @@ class Recorder:
 @contextlib.asynccontextmanager
 async def rig(responder: Callable[[GenerateRequest], str | None], *, crash: bool = False,
               backend: FakeBackend | None = None, servers: int = 2,
-              **cfg: Any) -> AsyncIterator[Rig]:
+              workload: TraceWorkload | None = None, **cfg: Any) -> AsyncIterator[Rig]:
     backend = backend or FakeBackend(files={"/app/.keep": b""})
     fakes, clients = make_fake_fleet(servers, responder=responder)
     task = make_task()
@@ -108,7 +109,7 @@ async def rig(responder: Callable[[GenerateRequest], str | None], *, crash: bool
             harness=FencedShellHarness(), tokenizer=TOK,
             clients={c.base_url: c for c in clients},
             router=make_router("round_robin", [c.base_url for c in clients], FakeClock()),
-            recorder=Recorder(recorded),
+            recorder=Recorder(recorded), workload=workload,
         )
         yield Rig(runner, backend, fakes, verifier, recorded)
 

@@ -115,3 +115,11 @@ async def test_mismatched_logprob_ids_are_rejected() -> None:
     c = SGLangClient("http://s", transport=httpx.MockTransport(lambda r: httpx.Response(200, json=data)))
     with pytest.raises(InferenceError, match="do not match"):
         await c.generate(GenerateRequest("x", [1], SamplingParams(max_tokens=3)))
+
+
+def test_min_tokens_maps_to_min_new_tokens() -> None:
+    c = SGLangClient("http://sglang:30000")
+    body = c.generate_body(GenerateRequest("r", [5], SamplingParams(max_tokens=6, min_tokens=6)))
+    assert body["sampling_params"]["min_new_tokens"] == 6
+    plain = c.generate_body(GenerateRequest("r", [5], SamplingParams(max_tokens=6)))
+    assert "min_new_tokens" not in plain["sampling_params"]

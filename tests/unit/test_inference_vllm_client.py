@@ -104,7 +104,7 @@ async def test_generate_sends_token_ids_and_parses_everything() -> None:
     assert body["logprobs"] == 1 and body["max_tokens"] == 3 and body["temperature"] == 0.7
     assert body["stop"] == ["\nTask:"] and body["stop_token_ids"] == [2]
     assert "seed" not in body  # a per-request seed kills vLLM CPU 0.32
-    assert "model" not in body
+    assert "model" not in body and "min_tokens" not in body
     assert res.token_ids == [1367, 1831, 1060]
     assert res.logprobs == [-3.02, -5.09, -7.61]
     assert res.finish_reason == "length" and res.text == " loggerconstexist"
@@ -114,6 +114,12 @@ async def test_generate_sends_token_ids_and_parses_everything() -> None:
     assert res.timings.prefill_s == pytest.approx(0.0075)
     assert res.timings.decode_s == pytest.approx(0.014)
     assert res.timings.first_token_s == pytest.approx(0.008)
+
+
+async def test_min_tokens_is_sent_only_when_set() -> None:
+    rec = Recorder(lambda r: httpx.Response(200, json=COMPLETION))
+    await rec.client().generate(req(max_tokens=3, min_tokens=3))
+    assert json.loads(rec.requests[0].content)["min_tokens"] == 3
 
 
 async def test_lora_is_sent_as_model_and_missing_metrics_are_none() -> None:

@@ -20,6 +20,8 @@ Invariants
 - Its token sequence never exceeds ``max_model_len``: an observation after which no turn
   would fit ends the episode (``context_exhausted``) and stays only in the step record.
 - When a recorder is set, every finished episode is written as a replayable episode file.
+- With a trace workload (``episodes/workload.py``) the plan, not ``harness.parse``, decides
+  each turn's action, token count and the episode's length; everything else is unchanged.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.spans import Span, add_span
 from rollbank.episodes.tools import ToolExecutor
 from rollbank.episodes.trajectory import StepRecord, Trajectory
+from rollbank.episodes.workload import EpisodePlan, TraceWorkload
 from rollbank.errors import (
     BuildError,
     InferenceError,
@@ -63,7 +66,8 @@ from rollbank.tasks.model import Task
 class RunnerConfig(Section):
     """Limits of one episode."""
 
-    max_turns: int = Field(default=8, ge=1, description="model turns before the episode ends (max_turns)")
+    max_turns: int = Field(default=8, ge=1, description="model turns before the episode ends (max_turns); with a trace "
+        "workload the plan's turn count replaces it")
     step_timeout_s: float = Field(
         default=30.0, gt=0, description="per-command timeout inside the sandbox (the command is killed)"
     )
@@ -116,6 +120,7 @@ class EpisodeRunner:
         router: Router,
         clock: Clock | None = None,
         recorder: EpisodeSink | None = None,
+        workload: TraceWorkload | None = None,
     ) -> None:
         missing = set(router.servers) - set(clients)
         if missing:
@@ -130,7 +135,12 @@ class EpisodeRunner:
         self.router = router
         self.clock: Clock = clock or MonotonicClock()
         self.recorder = recorder
+        self.workload = workload
         self._verify_slots = PriorityLimiter(config.verifier_slots or os.cpu_count() or 1)
+
+    def verifiers_waiting(self) -> bool:
+        """Does any finished episode wait for a verifier slot (verification is contended)?"""
+        return self._verify_slots.waiting > 0
 
     # ------------------------------------------------------------ AttemptRunner
     async def run(self, attempt: AttemptSpec) -> Trajectory:
@@ -210,15 +220,23 @@ class EpisodeRunner:
         conv.start(self.harness.initial_prompt(task))
         sampling = self.harness.sampling()
         timeouts = 0
-        for turn in range(cfg.max_turns):
+        plan: EpisodePlan | None = None
+        if self.workload is not None:  # a trace decides turns, tokens and tool time
+            plan = self.workload.plan(task.task_id, attempt.seed)
+            traj.meta["workload"] = {"kind": "trace", "turns": len(plan.turns),
+                                     "tokens": plan.tokens, "tool_s": round(plan.tool_s, 3)}
+        for turn in range(cfg.max_turns if plan is None else len(plan.turns)):
             room = cfg.max_model_len - len(conv)
             if room < cfg.min_new_tokens:
                 return LoopEnd.CONTEXT, {"turn": turn, "prompt_tokens": len(conv)}
             rid = f"{traj.trajectory_id}/t{turn}"
             prompt = conv.prompt_token_ids
             server = self.router.route(RouteRequest(rid, traj.trajectory_id, traj.group_id, prompt))
-            request = GenerateRequest(rid, prompt, replace(sampling, max_tokens=min(
-                sampling.max_tokens, room)))
+            if plan is None:
+                sp = replace(sampling, max_tokens=min(sampling.max_tokens, room))
+            else:
+                sp = plan.turns[turn].sampling(sampling, room)
+            request = GenerateRequest(rid, prompt, sp)
             try:
                 async with attempt.ctx.inference_slot(server):
                     ts = self.clock.now()
@@ -242,7 +260,7 @@ class EpisodeRunner:
             if server not in traj.servers:
                 traj.servers.append(server)
             conv.append_result(result)
-            action = self.harness.parse(result.text)
+            action = self.harness.parse(result.text) if plan is None else plan.action(turn)
             step = StepRecord(index=turn, model_text=result.text, action=action.command_text,
                               observation="", inference_s=te - ts, server=server,
                               finish_reason=result.finish_reason)

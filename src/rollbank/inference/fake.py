@@ -335,6 +335,8 @@ class FakeInferenceServer:
                     token, lp = scripted[step], -0.01 - 0.001 * (step % 7)
             else:
                 token, lp = self._sample(req, out, step)
+            if step < sp.min_tokens and (token in stops or token == eos):
+                token = 32  # like vLLM's logit mask: no EOS / stop token before min_tokens
             if t_first is None:
                 t_first = self.clock.now()
             out.append(token)
@@ -342,6 +344,8 @@ class FakeInferenceServer:
             self.counters.generation_tokens += 1
             async with self._slot_free:
                 self._slot_free.notify_all()
+            if step + 1 < sp.min_tokens:
+                continue  # like vLLM: stop strings are not checked before min_tokens
             if token in stops or token == eos:
                 finish = "stop"
                 break

@@ -24,6 +24,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     logprobs: bool = True  # return the sampled token's log-prob (processed: after temperature)
+    min_tokens: int = 0  # EOS and stop_token_ids are not honoured before this many tokens
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,8 @@ class SGLangClient(VLLMClient):
             sampling["stop"] = list(sp.stop)
         if sp.stop_token_ids:
             sampling["stop_token_ids"] = list(sp.stop_token_ids)
+        if sp.min_tokens:
+            sampling["min_new_tokens"] = sp.min_tokens
         body: dict[str, Any] = {
             "input_ids": list(req.prompt_token_ids),
             "sampling_params": sampling,

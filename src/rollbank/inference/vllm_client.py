@@ -217,6 +217,8 @@ class VLLMClient:
             body["stop_token_ids"] = list(sp.stop_token_ids)
         if sp.logprobs:
             body["logprobs"] = 1
+        if sp.min_tokens:
+            body["min_tokens"] = sp.min_tokens
         model = req.lora or self.model
         if model is not None:
             body["model"] = model
