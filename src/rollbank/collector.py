@@ -41,6 +41,7 @@ from rollbank.episodes.replay import EpisodeRecorder
 from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.trajectory import Trajectory
+from rollbank.episodes.workload import make_workload
 from rollbank.errors import ConfigError
 from rollbank.inference.protocol import InferenceClient, Tokenizer
 from rollbank.metrics.bound import Capacity
@@ -207,7 +208,7 @@ async def collect(
         config.runner, tasks={t.task_id: t for t in tasks}, source=sandboxes.source,
         verifier=sandboxes.verifier, harness=make_harness_for(config),
         tokenizer=inference.tokenizer, clients=inference.clients, router=router, clock=clock,
-        recorder=recorder,
+        recorder=recorder, workload=make_workload(config.workload),
     ))
     summaries: list[BatchSummary] = []
     async with contextlib.AsyncExitStack() as stack:
@@ -228,7 +229,8 @@ async def collect(
             stack.callback(live.close)
             sinks.append(live)
         task_ids = task_sequence(tasks, config.task_order_seed)
-        driver = CollectionDriver(sched, runner, task_ids, sink=FanoutSink(*sinks), clock=clock)
+        driver = CollectionDriver(sched, runner, task_ids, sink=FanoutSink(*sinks), clock=clock,
+                                  other_contention=runner.inner.verifiers_waiting)
         log.record("run_started", clock.now(), tasks=len(tasks), servers=servers,
                    inference=inference.description, source=sandboxes.source.name,
                    capacity=capacity.to_dict() if capacity else None)

@@ -76,3 +76,13 @@ def test_waste_counts_every_waste_event_including_at_close(tmp_path: Path) -> No
     ]) + "\n")
     assert waste_from_events(p) == {"attempts": 3, "sandbox_s": 8.0,
                                     "by_reason": {"unconsumed_at_close": 2, "aborted": 1}}
+
+
+def test_workload_choice_reaches_every_arm() -> None:
+    trace = args("--trace", "turns_median=5", "--trace", "tool_latency_median_s=0.5")
+    for name in ARMS:
+        c = arm_config(trace, name)
+        assert c.workload.kind == "trace" and c.workload.turns_median == 5.0
+        assert c.workload.tool_latency_median_s == 0.5 and c.runner.max_model_len == 4096
+    model = arm_config(args("--workload", "model", "--max-turns", "4"), "optimized")
+    assert model.workload.kind == "model" and model.runner.max_turns == 4

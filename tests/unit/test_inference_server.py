@@ -34,7 +34,7 @@ class H(http.server.BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n).decode() if n else ""
         log.write(json.dumps({"port": port, "path": self.path, "body": body, "env": {
-            k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "HF_HUB"))}}) + "\\n")
+            k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "HF_HUB", "KMP_", "OMP_"))}}) + "\\n")
         log.flush()
         self.send_response(200)
         self.send_header("Content-Length", "2")
@@ -91,6 +91,7 @@ async def test_start_environment_and_clean_stop(stand_in: Path, tmp_path: Path) 
     env = requests(tmp_path)[0]["env"]
     assert isinstance(env, dict)
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["KMP_BLOCKTIME"] == "0" and env["OMP_WAIT_POLICY"] == "PASSIVE"  # no spinning
     binds = {r["port"]: r["env"]["VLLM_CPU_OMP_THREADS_BIND"] for r in requests(tmp_path)}  # type: ignore[index]
     ncpu = os.cpu_count() or 1
     assert sorted(binds.values()) == sorted({str(0 % ncpu), str(1 % ncpu)})

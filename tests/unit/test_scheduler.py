@@ -241,3 +241,47 @@ def test_close_turns_everything_open_into_waste() -> None:
     reasons = {e.reason for e in s.drain_events() if e.kind is EventKind.WASTE}  # type: ignore[attr-defined]
     assert reasons == {WasteReason.UNCONSUMED_AT_CLOSE}
     s.bank.check()
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_extra_groups_wait_while_inference_is_contended(hold: bool) -> None:
+    s, _ = _sched(groups_per_batch=1, pool_groups=2, sandbox_slots=2,
+                  inference_slots_per_server=1, hold_extras_when_contended=hold)
+    h = Harness(s)
+    first = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
+    assert [(k.seq, k.slot) for k in first] == [(0, 0), (0, 1)]  # g1 waits for a sandbox slot
+    a, b = first
+    assert s.request_inference(a) and not s.request_inference(b)  # b waits: contended
+    h.finish(a)  # a sandbox slot frees; g1 is an extra group (the batch needs only g0)
+    launched = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
+    assert [(k.seq, k.slot) for k in launched] == ([] if hold else [(1, 0)])
+    assert s.holding_extras is hold and s.inference_contended()
+    assert s.release_inference(a) == [b]  # b runs: nobody waits any more
+    assert not s.inference_contended()  # the driver polls again now (it is told to)
+    launched = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
+    assert [(k.seq, k.slot) for k in launched] == ([(1, 0)] if hold else [])
+
+
+def test_groups_the_batch_needs_launch_despite_contention() -> None:
+    s, _ = _sched(groups_per_batch=2, pool_groups=3, sandbox_slots=2,
+                  inference_slots_per_server=1)
+    h = Harness(s)
+    a, b = (d.spec.key for d in h.poll() if isinstance(d, Launch))
+    assert s.request_inference(a) and not s.request_inference(b)
+    h.finish(a)
+    launched = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
+    assert [(k.seq, k.slot) for k in launched] == [(1, 0)]  # g1 is needed for the batch
+
+
+def test_extra_groups_wait_while_verifiers_are_contended() -> None:
+    verifiers_busy = True
+    clock = FakeClock()
+    s = Scheduler(SchedulerConfig(bank=ReadyBankConfig(group_size=2), groups_per_batch=1,
+                                  pool_groups=2, sandbox_slots=2),
+                  TASKS, clock, other_contention=lambda: verifiers_busy)
+    h = Harness(s)
+    first = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
+    h.finish(first[0])  # a slot frees while verifiers are contended: g1 (extra) waits
+    assert [d for d in h.poll() if isinstance(d, Launch)] == [] and s.holding_extras
+    verifiers_busy = False
+    assert [(d.spec.key.seq, d.spec.key.slot) for d in h.poll() if isinstance(d, Launch)] == [(1, 0)]

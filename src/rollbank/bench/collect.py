@@ -27,8 +27,12 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollbank.episodes.trajectory import Trajectory
 
 ARMS: dict[str, dict[str, bool]] = {
     "naive": {"routing": False, "sandboxes": False, "bank": False},
@@ -48,13 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--num-servers", type=int, default=2, help="managed vLLM servers (same for every arm)")
     a("--groups", type=int, default=32, help="G: complete groups per batch")
     a("--group-size", type=int, default=8, help="n: siblings per group")
-    a("--pool-groups", type=int, default=40, help="G' for the over-provisioning lever")
-    a("--batches", type=int, default=1, help="batches per arm (the measurement window)")
-    a("--sandbox-slots", type=int, default=64, help="sandboxes at once (every arm)")
+    a("--pool-groups", type=int, default=48, help="G' for the over-provisioning lever")
+    a("--batches", type=int, default=2, help="batches per arm (the measurement window)")
+    a("--sandbox-slots", type=int, default=256, help="sandboxes at once (every arm)")
     a("--inference-slots", type=int, default=32, help="requests in flight per server (every arm)")
-    a("--max-turns", type=int, default=3, help="model turns per episode")
-    a("--max-tokens", type=int, default=48, help="tokens per model turn")
-    a("--step-timeout", type=float, default=20.0, help="per-command timeout (s)")
+    a("--workload", choices=("trace", "model"), default="trace",
+      help="trace: seeded Terminal-Bench-shaped episodes (turns, tokens, tool latency; see "
+      "rollbank.episodes.workload); model: the model's own actions (the tiny model's are "
+      "uniform: no tail)")
+    add_trace_argument(parser)
+    a("--max-turns", type=int, default=3, help="model workload: model turns per episode")
+    a("--max-tokens", type=int, default=48, help="model workload: tokens per model turn")
+    a("--step-timeout", type=float, default=30.0, help="per-command timeout (s)")
     a("--verifier-slots", type=int, default=None,
       help="verifiers at once (every arm; default: the CPU count)")
     a("--tasks", nargs="+", default=["terminal-lite"], help="task folders or suites")
@@ -67,11 +76,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--out", type=Path, default=Path("runs/bench-collect"), help="per-arm outputs go here")
 
 
+def add_trace_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trace", action="append", default=[], metavar="FIELD=VALUE",
+        help="override a trace workload field (rollbank.episodes.workload.WorkloadConfig), "
+        "e.g. --trace turns_median=6 --trace tool_latency_median_s=2; repeatable")
+
+
+def trace_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """``--trace FIELD=VALUE`` pairs (later ones win); the config validates names and values."""
+    out: dict[str, str] = {}
+    for item in args.trace:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"--trace {item!r}: expected FIELD=VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
 def _quick(args: argparse.Namespace) -> None:
     args.groups, args.group_size, args.pool_groups = 4, 4, 6
     args.max_turns, args.max_tokens, args.batches = 2, 32, 1
     args.sandbox_slots, args.inference_slots = 16, 16
     args.exclude_costs = "expensive-env,long-running"
+    args.trace = ["turns_median=3", "tool_latency_median_s=0.3", *args.trace]
 
 
 def arm_config(args: argparse.Namespace, arm: str) -> Any:
@@ -87,7 +115,11 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "fenced_shell.max_tokens": args.max_tokens,
         "runner.step_timeout_s": args.step_timeout,
         "runner.verifier_slots": args.verifier_slots,
-        "runner.max_model_len": 2048,
+        "runner.max_model_len": 4096 if args.workload == "trace" else 2048,
+        # trace episodes run to their plan or the task's own agent timeout (the embedded
+        # default's 60 s budget is for the Gemma main job)
+        "runner.episode_budget_s": None if args.workload == "trace" else 60.0,
+        "workload.kind": args.workload,
         "scheduler.mode": "optimized" if lv["bank"] else "naive",
         "scheduler.groups_per_batch": args.groups,
         "scheduler.pool_groups": args.pool_groups if lv["bank"] else args.groups,
@@ -109,6 +141,7 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "metrics.live": "off",
         "metrics.record_episodes": True,
     }
+    o.update({f"workload.{k}": v for k, v in trace_overrides(args).items()})
     return load_collect_config(None, o)
 
 
@@ -143,10 +176,29 @@ def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
                   "share": round(waste_s / (waste_s + consumed_s), 3) if waste_s + consumed_s else 0,
                   "by_reason": waste["by_reason"]},
         "carried": [a.get("carried", 0) for a in acct],
+        "episode_shape": episode_shape(result.trajectories),
         "selection": [b.extra.get("profile", {}) for b in bs],
         "setup_s": round(setup_s, 2),
         "output": str(result.out_dir),
     }
+
+
+def episode_shape(trajs: Sequence[Trajectory]) -> dict[str, Any]:
+    """Quantiles of what every finished attempt looked like: turns, tool seconds, duration."""
+    return {"attempts": len(trajs),
+            "turns": _quantiles([float(len(t.steps)) for t in trajs]),
+            "tool_s": _quantiles([t.tool_s for t in trajs]),
+            "duration_s": _quantiles([t.duration_s for t in trajs])}
+
+
+def _quantiles(values: Sequence[float]) -> dict[str, float]:
+    xs = sorted(values)
+    if not xs:
+        return {}
+    def pick(f: float) -> float:
+        return xs[min(len(xs) - 1, int(f * len(xs)))]
+    return {"p50": round(pick(0.5), 2), "p90": round(pick(0.9), 2), "max": round(xs[-1], 2),
+            "mean": round(statistics.fmean(xs), 2)}
 
 
 def waste_from_events(path: Path) -> dict[str, Any]:
@@ -183,8 +235,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         "excluded_costs": first.exclude_costs,
         "capacity_per_arm": {"sandbox_slots": args.sandbox_slots,
                              "inference_slots_per_server": args.inference_slots},
-        "episode": {"max_turns": args.max_turns, "max_tokens": args.max_tokens,
-                    "step_timeout_s": args.step_timeout,
+        "workload": first.workload.model_dump(mode="json") if args.workload == "trace"
+        else {"kind": "model", "max_turns": args.max_turns, "max_tokens": args.max_tokens},
+        "episode": {"step_timeout_s": args.step_timeout,
                     "verifier_slots": first.runner.verifier_slots or os.cpu_count()},
         "arms": {},
     }

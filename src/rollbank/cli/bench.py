@@ -1,4 +1,4 @@
-"""`rollbank bench {sandbox,routing,collect}`: benchmarks that print JSON.
+"""`rollbank bench {sandbox,routing,collect,schedule}`: benchmarks that print JSON.
 
 Each benchmark module exposes ``add_arguments(parser)`` (cheap) and ``run(args) -> int``
 (heavy imports inside)."""
@@ -13,6 +13,7 @@ BENCHES = {
     "sandbox": "rollbank.bench.sandbox",
     "routing": "rollbank.bench.routing",
     "collect": "rollbank.bench.collect",
+    "schedule": "rollbank.bench.schedule",
 }
 
 

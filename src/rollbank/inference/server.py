@@ -63,6 +63,12 @@ class ServerConfig(Section):
     enable_lora: bool = Field(default=False, description="start with --enable-lora (runtime LoRA loading)")
     max_lora_rank: int = Field(default=8, ge=1, description="--max-lora-rank when LoRA is enabled")
     max_loras: int = Field(default=2, ge=1, description="--max-loras when LoRA is enabled")
+    omp_passive: bool = Field(
+        default=True,
+        description="KMP_BLOCKTIME=0 and OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep instead of "
+        "spinning after each kernel (measured here: -18% CPU for the same requests on a host "
+        "shared with sandboxes and verifiers)",
+    )
     omp_threads_bind: list[str] | None = Field(
         default=None,
         description="VLLM_CPU_OMP_THREADS_BIND per server; None: one server uses all cores, "
@@ -215,6 +221,8 @@ class ManagedServers:
             DO_NOT_TRACK="1",
             PYTHONUNBUFFERED="1",
         )
+        if cfg.omp_passive:
+            env.update(KMP_BLOCKTIME="0", OMP_WAIT_POLICY="PASSIVE")
         iomp = Path(cfg.python or sys.executable).parent.parent / "lib" / "libiomp5.so"
         if iomp.is_file():
             env["LD_PRELOAD"] = ":".join(p for p in (str(iomp), env.get("LD_PRELOAD", "")) if p)

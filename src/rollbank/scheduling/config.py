@@ -62,6 +62,11 @@ class SchedulerConfig(Section):
         default=StragglerPolicy.CARRY,
         description="wait | carry | abort (unfinished attempts at a batch)",
     )
+    hold_extras_when_contended: bool = Field(
+        default=True,
+        description="launch attempts of groups beyond the next batch's need only while no "
+        "generate call waits for an inference slot (work-conserving over-provisioning)",
+    )
     requeue_aborted: bool = Field(
         default=True,
         description="re-queue the task of an aborted group at its original place (FIFO)",

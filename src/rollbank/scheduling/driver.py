@@ -21,7 +21,8 @@ Invariants
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from typing import Protocol
@@ -72,6 +73,8 @@ class CollectionDriver:
 
     ``task_ids`` is the task sequence: group ``seq`` runs ``task_ids[seq % len(task_ids)]``.
     ``sink`` receives every lifecycle event (see :mod:`rollbank.scheduling.events`).
+    ``other_contention`` tells the scheduler whether a capacity it does not own (the runner's
+    verifier slots) has waiters, for work-conserving over-provisioning.
     After the iteration ends, :attr:`scheduler` holds the closed ledger
     (``scheduler.bank.ledger``) and :attr:`batches_out` the batches yielded.
     """
@@ -84,17 +87,21 @@ class CollectionDriver:
         *,
         sink: EventSink | None = None,
         clock: Clock | None = None,
+        other_contention: Callable[[], bool] | None = None,
     ) -> None:
         self.config = config
         self.runner = runner
         self.clock: Clock = clock or MonotonicClock()
         self.sink: EventSink = sink or ListSink()
-        self.scheduler = Scheduler(config, task_ids, self.clock)
+        self.scheduler = Scheduler(config, task_ids, self.clock,
+                                   other_contention=other_contention)
         self.batches_out: list[Batch] = []
         self._tasks: dict[AttemptKey, asyncio.Task[None]] = {}
-        self._results: asyncio.Queue[tuple[AttemptKey, Trajectory]] = asyncio.Queue(
-            maxsize=2 * config.sandbox_slots
+        # results of attempts; None = poll again (contention ended while extras were held)
+        self._results: asyncio.Queue[tuple[AttemptKey, Trajectory] | None] = asyncio.Queue(
+            maxsize=2 * config.sandbox_slots + 1
         )
+        self._nudged = False
         self._grants: dict[tuple[AttemptKey, str], asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------ public
@@ -164,7 +171,11 @@ class CollectionDriver:
             if not self._tasks:
                 # nothing runs and the scheduler has nothing to launch: it cannot progress
                 raise RuntimeError("collection stalled: no attempt in flight and none launchable")
-            key, traj = await self._results.get()
+            item = await self._results.get()
+            if item is None:
+                self._nudged = False
+                continue
+            key, traj = item
             if key in self._tasks:  # else: aborted after it had already returned
                 del self._tasks[key]
                 self.scheduler.on_finished(key, traj)
@@ -230,6 +241,11 @@ class CollectionDriver:
             fut = self._grants.pop((granted, server), None)
             if fut is not None and not fut.done():
                 fut.set_result(None)
+        s = self.scheduler
+        if s.holding_extras and not s.inference_contended() and not self._nudged:
+            with contextlib.suppress(asyncio.QueueFull):  # a full queue wakes the loop anyway
+                self._results.put_nowait(None)
+                self._nudged = True
 
     def _cancel_grants(self, key: AttemptKey) -> None:
         for gk in [gk for gk in self._grants if gk[0] == key]:

@@ -12,6 +12,12 @@ Policy (``optimized`` mode)
   in priority order ``(seq, slot, retry)``: siblings and re-runs of older groups go first, so
   started groups finish before new ones start. Retries and re-queued tasks keep their
   original ``seq``: long or unlucky work keeps its place (FIFO by original launch).
+- Work-conserving over-provisioning (``hold_extras_when_contended``): the attempts of the
+  "extra" groups — open groups beyond the ones the next batch still needs, by ``seq`` — are
+  launched only while no generate call waits for an inference slot and no verifier waits for
+  a verifier slot (``other_contention``). When inference or verification is the
+  contended resource, extra groups would only slow the groups the batch needs; when it is not
+  (a straggler tail, tool-bound episodes), they use capacity that would otherwise be idle.
 - Straggler policy once G groups are ready: ``carry`` emits and lets unfinished attempts run
   on into the next batch; ``abort`` emits and cancels the open groups (waste), re-queuing
   their tasks at their old place if ``requeue_aborted``; ``wait`` emits only when no group of
@@ -27,7 +33,7 @@ Invariants
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rollbank.batching.stats import max_version, version_lag_histogram
@@ -67,7 +73,16 @@ def attempt_seed(base: int, seq: int, slot: int) -> int:
 class Scheduler:
     """Launch policy for one collection (see the module docstring); owns its ready bank."""
 
-    def __init__(self, config: SchedulerConfig, task_ids: Sequence[str], clock: Clock) -> None:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        task_ids: Sequence[str],
+        clock: Clock,
+        *,
+        other_contention: Callable[[], bool] | None = None,
+    ) -> None:
+        """``other_contention``: does a capacity the scheduler does not own (the runner's
+        verifier slots) have waiters? Read at launch time, like the clock."""
         if not task_ids:
             raise ValueError("the scheduler needs at least one task id")
         self.config = config.effective()
@@ -87,6 +102,8 @@ class Scheduler:
         self._inf_busy: dict[str, set[AttemptKey]] = {}
         self._inf_wait: dict[str, list[tuple[tuple[int, ...], AttemptKey]]] = {}
         self._arrivals = 0
+        self._holding = False  # extras were held back at the last launch for contention
+        self._other_contention = other_contention
 
     @property
     def naive(self) -> bool:
@@ -217,12 +234,37 @@ class Scheduler:
         for key in self.bank.open_group(group_id, task_id, seq):
             heapq.heappush(self._queue, (key, task_id))
 
+    def inference_contended(self) -> bool:
+        """Does any generate call wait for an inference slot?"""
+        return any(self._inf_wait.values())
+
+    @property
+    def holding_extras(self) -> bool:
+        """Extra groups' attempts were held back for contention (poll again when it ends)."""
+        return self._holding
+
+    def _extra_groups(self) -> set[str]:
+        """Open groups beyond those the next batch still needs (the latest by ``seq``)."""
+        need = max(0, self.config.groups_per_batch - self.bank.ready_count)
+        by_seq = sorted(self.bank.open_groups(), key=self.bank.seq_of)
+        return set(by_seq[need:])
+
     def _launch(self, out: list[Decision]) -> None:
         now = self.clock.now()
+        hold = (not self.naive and self.config.hold_extras_when_contended
+                and (self.inference_contended()
+                     or (self._other_contention is not None and self._other_contention())))
+        extras = self._extra_groups() if hold else set()
+        self._holding = False
         while self._queue and len(self._running) < self.config.sandbox_slots:
             key, task_id = heapq.heappop(self._queue)
             if self.bank.status(key.group_id) is not GroupStatus.OPEN:
                 continue  # its group was aborted while it waited
+            if key.group_id in extras:
+                # every key after it in the heap has a later seq: all extras, all held
+                heapq.heappush(self._queue, (key, task_id))
+                self._holding = True
+                break
             if self._window_start is None:
                 self._window_start = now
             self.bank.on_launched(key)
