@@ -65,7 +65,8 @@ class SchedulerConfig(Section):
     hold_extras_when_contended: bool = Field(
         default=True,
         description="launch attempts of groups beyond the next batch's need only while no "
-        "generate call waits for an inference slot (work-conserving over-provisioning)",
+        "generate call waits for an inference slot and no episode waits for a verifier slot "
+        "(work-conserving over-provisioning)",
     )
     requeue_aborted: bool = Field(
         default=True,
