@@ -1,18 +1,10 @@
 """In-memory fake sandbox backend for unit tests (no processes, no files on disk).
 
 Owns :class:`FakeBackend`, :class:`FakeSandbox`, :class:`FakeSnapshot`, :class:`FakeShell`.
-A sandbox is a ``dict`` of absolute path -> bytes plus a tiny command interpreter:
-
-* lists: ``a; b``, ``a && b``, ``a || b`` (left to right, no pipes, no subshells);
-* words: single/double quotes via :mod:`shlex`; ``$NAME`` / ``${NAME}`` and ``$?`` expanded
-  from the environment (not inside single quotes);
-* redirections at the end of a command: ``> file``, ``>> file``, ``2> file``, ``< file``;
-* builtins: ``echo [-n]``, ``printf FMT ARGS`` (``%s %d \\n \\t``), ``cat [FILE...]``,
-  ``ls [DIR]``, ``pwd``, ``cd DIR``, ``mkdir [-p]``, ``rm [-rf]``, ``touch``,
-  ``test``/``[`` with ``-f -d -e -n -z``, ``true``, ``false``, ``exit N``, ``export K=V``,
-  ``K=V``, ``sleep S`` (advances the injected :class:`~rollbank.clock.FakeClock`, else really
-  sleeps), and any extra command given as a handler to :class:`FakeBackend`.
-* unknown commands exit 127 with ``sh: NAME: not found``.
+A sandbox is a ``dict`` of absolute path -> bytes run by the small shell interpreter of
+:mod:`rollbank.sandbox.fake_interpreter` (lists, quoting, variables, redirections, common
+builtins, handlers given to :class:`FakeBackend`); ``sleep`` advances the injected
+:class:`~rollbank.clock.FakeClock`, else really sleeps.
 
 Invariants (the protocol's): siblings forked from one snapshot share files and never each
 other's writes; ``exec`` never raises for what a command did; output is bounded with
@@ -23,15 +15,15 @@ time of ``sleep``) and ``exec`` past it returns ``budget_exhausted``; ``close`` 
 from __future__ import annotations
 
 import asyncio
-import re
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from rollbank.clock import FakeClock
 from rollbank.errors import SandboxError, SandboxStartError
+from rollbank.sandbox.fake_interpreter import CommandTimeout, Interpreter, RunContext, ShellState
 from rollbank.sandbox.local.proc import BoundedBuffer
 from rollbank.sandbox.protocol import (
     DEFAULT_OUTPUT_LIMIT,
@@ -52,24 +44,6 @@ class FakeSnapshot:
     snapshot_id: str
     files: Mapping[str, bytes]
     spec: SandboxSpec
-
-
-@dataclass
-class _State:
-    cwd: str
-    env: dict[str, str]
-    status: int = 0
-
-
-class _Timeout(Exception):
-    pass
-
-
-@dataclass
-class _Ctx:
-    deadline: float | None  # on the backend's clock
-    out: bytearray = field(default_factory=bytearray)
-    err: bytearray = field(default_factory=bytearray)
 
 
 class FakeSandbox:
@@ -102,10 +76,10 @@ class FakeSandbox:
         cwd: str | None = None, env: Mapping[str, str] | None = None,
         stdin: bytes | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ExecResult:
-        state = _State(cwd or self.spec.workdir, {**self.spec.env, **(env or {})})
+        state = ShellState(cwd or self.spec.workdir, {**self.spec.env, **(env or {})})
         return await self._run(command, state, timeout_s, stdin or b"", output_limit)
 
-    async def _run(self, command: str | Sequence[str], state: _State, timeout_s: float | None,
+    async def _run(self, command: str | Sequence[str], state: ShellState, timeout_s: float | None,
                    stdin: bytes, limit: int) -> ExecResult:
         if self.closed:
             raise SandboxError(f"sandbox {self._id} is closed")
@@ -117,11 +91,12 @@ class FakeSandbox:
         budget_bound = left is not None and (timeout_s is None or left < timeout_s)
         limit_s = left if budget_bound else timeout_s
         t0 = self._now()
-        ctx = _Ctx(None if limit_s is None else t0 + limit_s)
+        ctx = RunContext(None if limit_s is None else t0 + limit_s)
         timed_out = False
         try:
-            rc = await self._run_list(text, state, ctx, stdin)
-        except _Timeout:
+            rc = await Interpreter(self.files, self.backend.handlers, self, self._sleep).run(
+                text, state, ctx, stdin)
+        except CommandTimeout:
             timed_out, rc = True, None
         duration = self._now() - t0
         self.exec_seconds += duration
@@ -136,153 +111,7 @@ class FakeSandbox:
             stdout_truncated=outs[0][1], stderr_truncated=outs[1][1],
         )
 
-    # ---------------------------------------------------------------- interpreter
-    async def _run_list(self, text: str, st: _State, ctx: _Ctx, stdin: bytes) -> int:
-        lex = shlex.shlex(text, posix=True, punctuation_chars=";&|<>")
-        lex.whitespace_split = True
-        lex.commenters = ""
-        tokens = list(lex)
-        parts: list[tuple[str, list[str]]] = []  # (connector before, words)
-        cur: list[str] = []
-        conn = ";"
-        for tok in tokens:
-            if tok in (";", "&&", "||"):
-                parts.append((conn, cur))
-                conn, cur = tok, []
-            else:
-                cur.append(tok)
-        parts.append((conn, cur))
-        rc = 0
-        for conn, words in parts:
-            if (conn == "&&" and rc != 0) or (conn == "||" and rc == 0) or not words:
-                continue
-            try:
-                rc = await self._simple(words, st, ctx, stdin)
-            except _Exit as ex:
-                st.status = ex.code
-                return ex.code
-            st.status = rc
-        return rc
-
-    def _path(self, st: _State, p: str) -> str:
-        return str(PurePosixPath("/") / st.cwd / p) if not p.startswith("/") else str(PurePosixPath(p))
-
-    def _expand(self, word: str, st: _State) -> str:
-        def sub(m: re.Match[str]) -> str:
-            name = m.group(1) or m.group(2)
-            return str(st.status) if name == "?" else st.env.get(name, "")
-        return re.sub(r"\$\{(\w+)\}|\$(\w+|\?)", sub, word)
-
-    async def _simple(self, words: list[str], st: _State, ctx: _Ctx, stdin: bytes) -> int:
-        words = [self._expand(w, st) for w in words]
-        redirs: list[tuple[str, str]] = []
-        while len(words) >= 2 and words[-2] in (">", ">>", "<", "2>"):
-            redirs.insert(0, (words[-2], words[-1]))
-            words = words[:-2]
-        if len(words) >= 2 and words[-1] == "2" and redirs and redirs[0][0] == ">":
-            words, redirs[0] = words[:-1], ("2>", redirs[0][1])
-        for op, target in redirs:
-            if op == "<":
-                stdin = self.files.get(self._path(st, target), b"")
-        out, err = bytearray(), bytearray()
-        rc = await self._builtin(words, st, ctx, stdin, out, err)
-        sinks = {"1": out, "2": err}
-        for op, target in redirs:
-            if op in (">", ">>", "2>"):
-                key = self._path(st, target)
-                data = bytes(sinks["2" if op == "2>" else "1"])
-                self.files[key] = (self.files.get(key, b"") if op == ">>" else b"") + data
-                sinks["2" if op == "2>" else "1"].clear()
-        ctx.out += out
-        ctx.err += err
-        return rc
-
-    async def _builtin(self, w: list[str], st: _State, ctx: _Ctx, stdin: bytes,
-                       out: bytearray, err: bytearray) -> int:
-        name, args = w[0], w[1:]
-        if "=" in name and re.fullmatch(r"\w+=.*", name) and not args:
-            k, v = name.split("=", 1)
-            st.env[k] = v
-            return 0
-        if name in self.backend.handlers:
-            rc, o, e = self.backend.handlers[name](self, args, stdin)
-            out += o
-            err += e
-            return rc
-        if name == "echo":
-            nl = not (args and args[0] == "-n")
-            out += (" ".join(args[0 if nl else 1:]) + ("\n" if nl else "")).encode()
-        elif name == "printf":
-            fmt = (args[0] if args else "").replace("\\n", "\n").replace("\\t", "\t")
-            vals = [int(a) if re.fullmatch(r"-?\d+", a) else a for a in args[1:]]
-            try:
-                out += (fmt % tuple(vals) if vals else fmt.replace("%%", "%")).encode()
-            except (TypeError, ValueError):
-                out += fmt.encode()
-        elif name == "cat":
-            if not args:
-                out += stdin
-            for a in args:
-                p = self._path(st, a)
-                if p not in self.files:
-                    err += f"cat: {a}: No such file or directory\n".encode()
-                    return 1
-                out += self.files[p]
-        elif name == "ls":
-            d = self._path(st, args[-1] if args else ".").rstrip("/") + "/"
-            names = sorted({k[len(d):].split("/")[0] for k in self.files if k.startswith(d)})
-            out += "".join(n + "\n" for n in names).encode()
-        elif name == "pwd":
-            out += (st.cwd + "\n").encode()
-        elif name == "cd":
-            st.cwd = self._path(st, args[0] if args else "/root")
-        elif name == "mkdir":
-            pass  # directories are implicit
-        elif name == "touch":
-            for a in args:
-                self.files.setdefault(self._path(st, a), b"")
-        elif name == "rm":
-            for a in (x for x in args if not x.startswith("-")):
-                p = self._path(st, a)
-                for k in [k for k in self.files if k == p or k.startswith(p.rstrip("/") + "/")]:
-                    del self.files[k]
-        elif name in ("test", "["):
-            return self._test([a for a in args if a != "]"], st)
-        elif name == "true":
-            return 0
-        elif name == "false":
-            return 1
-        elif name == "exit":
-            raise _Exit(int(args[0]) if args else st.status)
-        elif name == "export":
-            for a in args:
-                k, _, v = a.partition("=")
-                st.env[k] = v
-        elif name == "sleep":
-            await self._sleep(float(args[0]) if args else 0.0, ctx)
-        else:
-            err += f"sh: {name}: not found\n".encode()
-            return 127
-        return 0
-
-    def _test(self, args: list[str], st: _State) -> int:
-        if len(args) == 2:
-            op, a = args
-            p = self._path(st, a)
-            ok = {
-                "-f": p in self.files, "-e": p in self.files or self._isdir(p),
-                "-d": self._isdir(p), "-n": a != "", "-z": a == "",
-            }.get(op, False)
-            return 0 if ok else 1
-        if len(args) == 3 and args[1] in ("=", "!="):
-            return 0 if (args[0] == args[2]) == (args[1] == "=") else 1
-        return 2
-
-    def _isdir(self, p: str) -> bool:
-        prefix = p.rstrip("/") + "/"
-        return p == "/" or any(k.startswith(prefix) for k in self.files)
-
-    async def _sleep(self, seconds: float, ctx: _Ctx) -> None:
+    async def _sleep(self, seconds: float, ctx: RunContext) -> None:
         now = self._now()
         if ctx.deadline is not None and now + seconds > ctx.deadline:
             seconds = max(0.0, ctx.deadline - now)
@@ -296,7 +125,7 @@ class FakeSandbox:
         else:
             await asyncio.sleep(seconds)
         if timeout:
-            raise _Timeout
+            raise CommandTimeout
 
     # ---------------------------------------------------------------- files and the rest
     async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
@@ -327,7 +156,7 @@ class FakeSandbox:
 
     async def shell(self) -> ShellSession:
         self._alive()
-        return FakeShell(self, _State(self.spec.workdir, dict(self.spec.env)))
+        return FakeShell(self, ShellState(self.spec.workdir, dict(self.spec.env)))
 
     async def snapshot(self) -> FakeSnapshot:
         self._alive()
@@ -344,15 +173,10 @@ class FakeSandbox:
             raise SandboxError(f"sandbox {self._id} is closed")
 
 
-class _Exit(Exception):
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-
 class FakeShell:
     """A persistent fake shell: cwd and variables survive between ``run`` calls."""
 
-    def __init__(self, sandbox: FakeSandbox, state: _State) -> None:
+    def __init__(self, sandbox: FakeSandbox, state: ShellState) -> None:
         self._sb = sandbox
         self._state = state
 
