@@ -30,6 +30,7 @@ from pathlib import Path
 from rollbank.errors import IsolationUnavailableError
 
 ROOT = Path("/sys/fs/cgroup")
+KILL_WAIT_S = 10.0  # how long kill() keeps signalling until the sandbox's processes are gone
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 
 
@@ -262,9 +263,10 @@ class SandboxCgroup:
         """SIGKILL every process of the sandbox; return when none is left."""
         if self.v2 is not None:
             _kill_v2(self.v2)
-        for _ in range(200):
+        deadline = time.monotonic() + KILL_WAIT_S  # a loaded host can take seconds to reap
+        while True:
             pids = self.pids()
-            if not pids:
+            if not pids or time.monotonic() > deadline:
                 return
             for pid in pids:
                 with contextlib.suppress(OSError):
