@@ -116,9 +116,6 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "runner.step_timeout_s": args.step_timeout,
         "runner.verifier_slots": args.verifier_slots,
         "runner.max_model_len": 4096 if args.workload == "trace" else 2048,
-        # trace episodes run to their plan or the task's own agent timeout (the embedded
-        # default's 60 s budget is for the Gemma main job)
-        "runner.episode_budget_s": None if args.workload == "trace" else 60.0,
         "workload.kind": args.workload,
         "scheduler.mode": "optimized" if lv["bank"] else "naive",
         "scheduler.groups_per_batch": args.groups,
@@ -141,6 +138,10 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "metrics.live": "off",
         "metrics.record_episodes": True,
     }
+    if args.workload == "trace":
+        # episodes run to their plan or the task's own agent timeout (the embedded default's
+        # episode budget is for the Gemma main job)
+        o["runner.episode_budget_s"] = None
     o.update({f"workload.{k}": v for k, v in trace_overrides(args).items()})
     return load_collect_config(None, o)
 
@@ -184,21 +185,13 @@ def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
 
 
 def episode_shape(trajs: Sequence[Trajectory]) -> dict[str, Any]:
-    """Quantiles of what every finished attempt looked like: turns, tool seconds, duration."""
-    return {"attempts": len(trajs),
-            "turns": _quantiles([float(len(t.steps)) for t in trajs]),
-            "tool_s": _quantiles([t.tool_s for t in trajs]),
-            "duration_s": _quantiles([t.duration_s for t in trajs])}
+    """What every finished attempt looked like: turns, tool seconds, duration (n, mean, p50,
+    p90, max — the selection profile's summary)."""
+    from rollbank.scheduling.profile import dist
 
-
-def _quantiles(values: Sequence[float]) -> dict[str, float]:
-    xs = sorted(values)
-    if not xs:
-        return {}
-    def pick(f: float) -> float:
-        return xs[min(len(xs) - 1, int(f * len(xs)))]
-    return {"p50": round(pick(0.5), 2), "p90": round(pick(0.9), 2), "max": round(xs[-1], 2),
-            "mean": round(statistics.fmean(xs), 2)}
+    return {"turns": dist(float(len(t.steps)) for t in trajs).to_dict(),
+            "tool_s": dist(t.tool_s for t in trajs).to_dict(),
+            "duration_s": dist(t.duration_s for t in trajs).to_dict()}
 
 
 def waste_from_events(path: Path) -> dict[str, Any]:

@@ -17,9 +17,12 @@ import argparse
 import json
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollbank.bench.collect import add_trace_argument, trace_overrides
+
+if TYPE_CHECKING:
+    from rollbank.episodes.workload import TraceWorkload
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--overhead-s", type=float, default=1.0, help="sandbox start + verifier per attempt (s)")
 
 
-def _workload(args: argparse.Namespace, seed: int) -> Any:
+def _workload(args: argparse.Namespace, seed: int) -> TraceWorkload:
     from rollbank.episodes.workload import TraceWorkload, WorkloadConfig
 
     o: dict[str, Any] = {**trace_overrides(args), "kind": "trace", "seed": seed}
