@@ -20,8 +20,15 @@ Policy (``optimized`` mode)
   (a straggler tail, tool-bound episodes), they use capacity that would otherwise be idle.
 - Straggler policy once G groups are ready: ``carry`` emits and lets unfinished attempts run
   on into the next batch; ``abort`` emits and cancels the open groups (waste), re-queuing
-  their tasks at their old place if ``requeue_aborted``; ``wait`` emits only when no group of
-  the pool is still open.
+  their tasks at their old place if ``requeue_aborted`` — at most ``max_requeues`` times,
+  after which the task is recorded unreachable within the budget (``task_unreachable``
+  event, ``Batch.unreachable``); ``wait`` emits only when no group of the pool is still open.
+- A poll emits due batches first and launches after, so nothing launched in a poll is
+  aborted by that same poll.
+- Hand-off: an emitted batch's groups are *delivered*; they become consumed only when the
+  consumer acknowledges the batch (:meth:`Scheduler.ack`), or return to the bank
+  (:meth:`Scheduler.release`, and at :meth:`Scheduler.close`). The ledger is checked at every
+  emission, acknowledgement and at close.
 - ``naive`` mode: see :class:`~rollbank.scheduling.types.SchedulingMode`.
 
 Invariants
@@ -40,15 +47,17 @@ from rollbank.batching.stats import max_version, version_lag_histogram
 from rollbank.clock import Clock
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.scheduling.batch import Batch
+from rollbank.scheduling.batch import Batch, GroupResult, Unreachable
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import (
     AttemptCarried,
     AttemptEvent,
     AttemptFinished,
     BatchEvent,
+    BatchHandoff,
     Event,
     EventKind,
+    TaskUnreachable,
 )
 from rollbank.scheduling.ledger import AttemptState
 from rollbank.scheduling.profile import selection_profile
@@ -104,6 +113,9 @@ class Scheduler:
         self._arrivals = 0
         self._holding = False  # extras were held back at the last launch for contention
         self._other_contention = other_contention
+        self._longest_aborted: dict[int, float] = {}  # seq -> longest aborted attempt (s)
+        self.unreachable: list[Unreachable] = []  # tasks given up on (re-queue cap reached)
+        self.returned_at_close: list[GroupResult] = []
 
     @property
     def naive(self) -> bool:
@@ -119,13 +131,15 @@ class Scheduler:
         out: list[Decision] = []
         if self.done:
             return out
+        # emission first, launches after: an attempt launched in this poll is never aborted
+        # by a batch emitted in the same poll (``abort`` would waste work never run)
         self._admit()
-        self._launch(out)
         while not self.done and self._batch_due():
             self._emit(out)
             if not self.done:
                 self._admit()
-                self._launch(out)
+        if not self.done:
+            self._launch(out)
         return out
 
     def drain_events(self) -> list[Event]:
@@ -158,13 +172,45 @@ class Scheduler:
         if self._running.pop(key, None) is not None:
             self.outbox.append(self._event(EventKind.ABORTED, key))
 
+    def ack(self, batch_index: int) -> list[AttemptKey]:
+        """The consumer acknowledged batch ``batch_index``: its groups become consumed.
+
+        Checks the ledger (raises :class:`~rollbank.scheduling.ledger.LedgerError`)."""
+        keys = self.bank.ack(batch_index)
+        self.outbox.append(BatchHandoff(
+            kind=EventKind.BATCH_ACKED, t=self.clock.now(), batch_index=batch_index,
+            attempt_ids=tuple(k.attempt_id for k in keys),
+        ))
+        self.bank.check()
+        return keys
+
+    def release(self, batch_index: int) -> list[str]:
+        """Batch ``batch_index`` was not taken: its groups return to the bank and are offered
+        again in the next batch. Returns their group ids."""
+        groups = self.bank.release(batch_index)
+        self.outbox.append(BatchHandoff(
+            kind=EventKind.BATCH_RETURNED, t=self.clock.now(), batch_index=batch_index,
+            attempt_ids=tuple(t.trajectory_id for g in groups for t in g.trajectories),
+        ))
+        self.bank.check()
+        return [g.group_id for g in groups]
+
+    def unacknowledged(self) -> list[int]:
+        """Batches emitted and neither acknowledged nor released."""
+        return self.bank.unacknowledged()
+
     def close(self) -> None:
-        """End of collection: nothing more launches; everything unsettled becomes waste."""
+        """End of collection: nothing more launches; unacknowledged batches return to the
+        bank (kept in :attr:`returned_at_close`); everything unsettled becomes waste; the
+        ledger is checked (raises :class:`~rollbank.scheduling.ledger.LedgerError`)."""
         for key in sorted(self._running):
             self.on_aborted(key)
         self._queue.clear()
-        self.bank.close()
+        for b in self.bank.unacknowledged():
+            self.release(b)
+        self.returned_at_close = self.bank.close()
         self.done = True
+        self.bank.check()
 
     # ------------------------------------------------------------ inference capacity
     def request_inference(self, key: AttemptKey, server: str = "") -> bool:
@@ -295,24 +341,23 @@ class Scheduler:
         cfg = self.config
         now = self.clock.now()
         exhausted = self._exhausted()
-        groups = self.bank.take(cfg.groups_per_batch)
-        if not groups and exhausted:  # nothing left to give: stop without an empty batch
+        if not self.bank.ready_count and exhausted:  # nothing left: stop without an empty batch
             self.done = True
             return
+        groups = self.bank.take(cfg.groups_per_batch, self.batch_index)
+        unreachable: list[Unreachable] = []
         if cfg.straggler is StragglerPolicy.ABORT:
             for gid in self.bank.open_groups():
                 if not self.bank.has_launched(gid):
                     continue  # not started: nothing to abort, it keeps its place in the pool
-                seq = self.bank.seq_of(gid)
-                for key in self.bank.abort_group(gid):
-                    self._running.pop(key, None)
-                    self.outbox.append(self._event(EventKind.ABORTED, key))
-                    out.append(Abort(key, "straggler policy abort"))
-                if cfg.requeue_aborted:
-                    heapq.heappush(self._requeue, seq)
+                u = self._abort_straggler(gid, out)
+                if u is not None:
+                    unreachable.append(u)
         accepted = self.bank.consumed_entries([g.group_id for g in groups])
         profile = selection_profile(groups, accepted, self.bank.ledger.entries.values(), now)
         for e in self.bank.ledger.unsettled():
+            if e.state is AttemptState.DELIVERED:
+                continue  # in a batch (this one or one awaiting acknowledgement), not carried
             self.outbox.append(AttemptCarried(
                 kind=EventKind.CARRIED, t=now, **self._ids(e.key),
                 batch_index=self.batch_index, running=e.state is AttemptState.IN_FLIGHT,
@@ -328,19 +373,44 @@ class Scheduler:
             meta={"policy_version": version,
                   "version_lag": version_lag_histogram(trajs, version),
                   "mode": cfg.mode.value, "straggler": cfg.straggler.value},
+            unreachable=tuple(unreachable),
         )
         self.outbox.append(BatchEvent(
             kind=EventKind.BATCH_READY, t=now, batch_index=self.batch_index,
             groups=len(groups), trajectories=len(trajs), window_start=start,
             accounting={k: v for k, v in accounting.to_dict().items() if isinstance(v, int)},
-            consumed=tuple(e.key.attempt_id for e in accepted),
+            delivered=tuple(e.key.attempt_id for e in accepted),
         ))
+        self.bank.check()  # every hand-off: a broken invariant stops the run
         out.append(EmitBatch(batch))
         self.batch_index += 1
         self._window_start = now
         self._window_admitted = False
         if self.batch_index >= cfg.num_batches or exhausted:
             self.done = True
+
+    def _abort_straggler(self, gid: str, out: list[Decision]) -> Unreachable | None:
+        """Abort open group ``gid``; re-queue its task, or give up on it at the cap."""
+        cfg = self.config
+        now = self.clock.now()
+        seq = self.bank.seq_of(gid)
+        for key in self.bank.abort_group(gid):
+            self._running.pop(key, None)
+            launched = self.bank.ledger.entries[key].launched_at
+            self._longest_aborted[seq] = max(self._longest_aborted.get(seq, 0.0), now - launched)
+            self.outbox.append(self._event(EventKind.ABORTED, key))
+            out.append(Abort(key, "straggler policy abort"))
+        if not cfg.requeue_aborted:
+            return None
+        requeues = self._generation.get(seq, 0)
+        if cfg.max_requeues is None or requeues < cfg.max_requeues:
+            heapq.heappush(self._requeue, seq)
+            return None
+        u = Unreachable(task_id=self.bank.task_of(gid), group_id=gid, seq=seq,
+                        requeues=requeues, longest_elapsed_s=self._longest_aborted.pop(seq, 0.0))
+        self.unreachable.append(u)
+        self.outbox.append(TaskUnreachable(kind=EventKind.TASK_UNREACHABLE, t=now, **u.to_dict()))
+        return u
 
     def _ids(self, key: AttemptKey) -> dict[str, Any]:
         return {"attempt_id": key.attempt_id, "group_id": key.group_id,
