@@ -66,7 +66,7 @@ def configs(draw: st.DrawFn) -> SchedulerConfig:
     )
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs(), rng=st.randoms(use_true_random=False))
 def test_any_event_order_accounts_for_every_attempt_exactly_once(
     config: SchedulerConfig, rng: random.Random

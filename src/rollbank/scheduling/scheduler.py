@@ -59,6 +59,7 @@ from rollbank.scheduling.events import (
     EventKind,
     TaskUnreachable,
 )
+from rollbank.scheduling.inference_slots import InferenceSlots
 from rollbank.scheduling.ledger import AttemptState
 from rollbank.scheduling.profile import selection_profile
 from rollbank.scheduling.ready_bank import GroupStatus, ReadyBank, Retry
@@ -79,7 +80,7 @@ def attempt_seed(base: int, seq: int, slot: int) -> int:
     return (base * 1_000_003 + seq * 1_009 + slot) % (2**31 - 1)
 
 
-class Scheduler:
+class Scheduler(InferenceSlots):
     """Launch policy for one collection (see the module docstring); owns its ready bank."""
 
     def __init__(
@@ -108,9 +109,7 @@ class Scheduler:
         self._running: dict[AttemptKey, str] = {}  # key -> task_id
         self._window_start: float | None = None
         self._window_admitted = False  # naive: this window's G groups were admitted
-        self._inf_busy: dict[str, set[AttemptKey]] = {}
-        self._inf_wait: dict[str, list[tuple[tuple[int, ...], AttemptKey]]] = {}
-        self._arrivals = 0
+        self._init_inference_slots(self.config.inference_slots_per_server)
         self._holding = False  # extras were held back at the last launch for contention
         self._other_contention = other_contention
         self._longest_aborted: dict[int, float] = {}  # seq -> longest aborted attempt (s)
@@ -212,40 +211,6 @@ class Scheduler:
         self.done = True
         self.bank.check()
 
-    # ------------------------------------------------------------ inference capacity
-    def request_inference(self, key: AttemptKey, server: str = "") -> bool:
-        """True: granted now. False: queued; a later :meth:`release_inference` grants it."""
-        busy = self._inf_busy.setdefault(server, set())
-        if len(busy) < self.config.inference_slots_per_server:
-            busy.add(key)
-            return True
-        self._arrivals += 1
-        prio = (self._arrivals,) if self.naive else (key.seq, key.slot, key.retry, self._arrivals)
-        heapq.heappush(self._inf_wait.setdefault(server, []), (prio, key))
-        return False
-
-    def release_inference(self, key: AttemptKey, server: str = "") -> list[AttemptKey]:
-        """Free ``key``'s slot on ``server``; return the waiters granted in its place."""
-        busy = self._inf_busy.setdefault(server, set())
-        busy.discard(key)
-        wait = self._inf_wait.get(server, [])
-        granted = []
-        while wait and len(busy) < self.config.inference_slots_per_server:
-            _, k = heapq.heappop(wait)
-            busy.add(k)
-            granted.append(k)
-        return granted
-
-    def cancel_inference_wait(self, key: AttemptKey, server: str = "") -> None:
-        wait = self._inf_wait.get(server, [])
-        kept = [w for w in wait if w[1] != key]
-        if len(kept) != len(wait):
-            heapq.heapify(kept)
-            self._inf_wait[server] = kept
-
-    def inference_in_use(self, server: str = "") -> int:
-        return len(self._inf_busy.get(server, ()))
-
     # ------------------------------------------------------------ internals
     def _pool_size(self) -> int:
         return len(self.bank.open_groups()) + self.bank.ready_count
@@ -279,10 +244,6 @@ class Scheduler:
         task_id = self.task_ids[seq % len(self.task_ids)]
         for key in self.bank.open_group(group_id, task_id, seq):
             heapq.heappush(self._queue, (key, task_id))
-
-    def inference_contended(self) -> bool:
-        """Does any generate call wait for an inference slot?"""
-        return any(self._inf_wait.values())
 
     @property
     def holding_extras(self) -> bool:
@@ -394,6 +355,10 @@ class Scheduler:
         cfg = self.config
         now = self.clock.now()
         seq = self.bank.seq_of(gid)
+        queued = [q for q in self._queue if q[0].group_id != gid]  # never launched: forget
+        if len(queued) != len(self._queue):
+            heapq.heapify(queued)
+            self._queue = queued
         for key in self.bank.abort_group(gid):
             self._running.pop(key, None)
             launched = self.bank.ledger.entries[key].launched_at
