@@ -304,15 +304,17 @@ class ReadyBank:
         """Assert the accounting invariant (raises :class:`LedgerError`)."""
         self.ledger.check()
         open_states = (AttemptState.IN_FLIGHT, AttemptState.FINISHED)
+        batch_of = {x.group_id: b for b, gs in self._delivered.items() for x in gs}
+        wants = {GroupStatus.DELIVERED: AttemptState.DELIVERED,
+                 GroupStatus.CONSUMED: AttemptState.CONSUMED}
+        entries = self.ledger.entries
         for g in self._groups.values():
-            want = {GroupStatus.DELIVERED: AttemptState.DELIVERED,
-                    GroupStatus.CONSUMED: AttemptState.CONSUMED}.get(g.status)
-            wrong = [k.attempt_id for k in g.valid_keys
-                     if want is not None and self.ledger.entries[k].state is not want]
-            if wrong:
-                raise LedgerError(f"group {g.group_id} is {g.status.value} but {wrong} are not")
-            if (g.status is GroupStatus.DELIVERED) != (g.batch in self._delivered
-                                                       and g in self._delivered[g.batch]):
+            want = wants.get(g.status)
+            if want is not None and any(entries[k].state is not want for k in g.valid_keys):
+                raise LedgerError(f"group {g.group_id} is {g.status.value} but its "
+                                  f"attempts are not all {want.value}")
+            awaiting = g.batch is not None and batch_of.get(g.group_id) == g.batch
+            if (g.status is GroupStatus.DELIVERED) != awaiting:
                 raise LedgerError(f"group {g.group_id} is {g.status.value}, batch {g.batch}")
             if g.status in (GroupStatus.OPEN, GroupStatus.READY):
                 continue
