@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +284,29 @@ async def test_a_ledger_violation_stops_the_run_with_a_typed_error() -> None:
                            if e.state is AttemptState.DELIVERED)
                 ledger.entries[key].state = AttemptState.CONSUMED
     assert got == [0]  # the hand-off of batch 0 caught it; no later batch arrived
+
+
+async def test_a_released_batch_is_offered_again_in_the_next_one() -> None:
+    clock = FakeClock()
+    gate = asyncio.Event()
+
+    def plan(spec: AttemptSpec) -> FakePlan:
+        return replace(_alternating(spec), gate=None if spec.group_id == "g00000" else gate)
+
+    driver = CollectionDriver(
+        _config(groups_per_batch=1, pool_groups=2, sandbox_slots=4, num_batches=3),
+        FakeAttemptRunner(plan, clock), ["a"], clock=clock,
+    )
+    groups: list[list[str]] = []
+    async with contextlib.aclosing(driver.batches()) as batches:
+        async for batch in batches:
+            groups.append([g.group_id for g in batch.groups])
+            if batch.index == 0:
+                driver.release(batch)  # the consumer could not use it: back to the bank
+            else:
+                gate.set()
+    assert groups[:2] == [["g00000"], ["g00000"]]
+    assert [b.index for b in driver.batches_out] == [1, 2]
+    counts = driver.scheduler.bank.ledger.counts()
+    assert counts[AttemptState.CONSUMED] == 4
+    driver.scheduler.bank.check()

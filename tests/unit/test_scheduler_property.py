@@ -127,6 +127,7 @@ def test_any_event_order_accounts_for_every_attempt_exactly_once(
     s.close()
     events += s.drain_events()
     s.bank.check()
+    assert not s.unacknowledged()  # every batch answered: acked, or returned at close
 
     ledger = s.bank.ledger
     counts = ledger.counts()
