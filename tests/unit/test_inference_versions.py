@@ -19,7 +19,12 @@ from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import InferenceError, InvalidLogprobError, WeightVersionError
 from rollbank.inference.engine_output import parse_version_label, versions_from_spans
 from rollbank.inference.fake import FakeInferenceClient, FakeInferenceServer, FakeTokenizer
-from rollbank.inference.protocol import AdmissionGate, GenerateRequest, GenerateResult, SamplingParams
+from rollbank.inference.protocol import (
+    AdmissionGate,
+    GenerateRequest,
+    GenerateResult,
+    SamplingParams,
+)
 from rollbank.inference.publish import WeightPublisher
 from rollbank.inference.sglang_client import SGLangClient
 from rollbank.inference.vllm_client import VLLMClient
@@ -79,7 +84,7 @@ class Engine:
             label = self.labels.pop(0) if len(self.labels) > 1 else self.labels[0]
             return httpx.Response(200, json={"weight_version": label})
         if request.url.path == "/openapi.json":
-            return httpx.Response(200, json={"paths": dict.fromkeys(self.openapi_paths, {})})
+            return httpx.Response(200, json={"paths": {p: {} for p in self.openapi_paths}})
         if isinstance(self.answer, str):
             return httpx.Response(200, text=self.answer, headers={"content-type": "application/json"})
         return httpx.Response(200, json=self.answer)
