@@ -150,6 +150,13 @@ async def test_completions_fallback_reads_the_engine_version_around_the_request(
     assert info.value.request_id == "r1"
 
 
+async def test_behind_a_third_party_router_versions_can_be_the_clients_own() -> None:
+    """Only the routing benchmark's peer arm does this (no /weight_info behind vllm-router)."""
+    engine = Engine(COMPLETION, labels=())
+    res = await engine.client(scale_out=False, versions_from_engine=False, policy_version=2).generate(req())
+    assert res.token_versions == [2, 2, 2] and "/weight_info" not in engine.paths
+
+
 async def test_a_server_that_reports_no_version_is_refused_before_anything_is_sent() -> None:
     engine = Engine(COMPLETION, labels=(), openapi_paths=("/v1/completions",))
     client = engine.client()

@@ -96,6 +96,7 @@ class VLLMClient:
         max_connections: int = 256,
         scale_out: bool | None = None,
         admission: AdmissionGate | None = None,
+        versions_from_engine: bool = True,
     ) -> None:
         self._base_url = base_url.rstrip("/")
         self.model = model
@@ -106,6 +107,9 @@ class VLLMClient:
         self._connected = False
         self._connect_lock = asyncio.Lock()
         self._admission = admission or AdmissionGate()
+        # False only behind a third-party router (routing benchmarks): no /weight_info there,
+        # completions results carry the client's own version. Never for collection.
+        self._versions_from_engine = versions_from_engine
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
@@ -217,7 +221,8 @@ class VLLMClient:
             if self._scale_out is None:
                 resp = await self._send("GET", "/openapi.json")
                 self._scale_out = wire.SCALE_OUT_GENERATE in (resp.json().get("paths") or {})
-            self._version = await self.engine_version()
+            if self._versions_from_engine:
+                self._version = await self.engine_version()
             self._connected = True
 
     async def engine_version(self, request_id: str | None = None) -> int:
@@ -255,11 +260,11 @@ class VLLMClient:
             return self._parsed(wire.SCALE_OUT_GENERATE, rid, lambda: wire.parse_scale_out(
                 request, resp.json(), server=self._base_url, current_version=self._version,
                 total_s=time.monotonic() - t0))
-        before = await self.engine_version(rid)
+        before = await self.engine_version(rid) if self._versions_from_engine else self._version
         resp = await self._send("POST", wire.COMPLETIONS, headers=headers, request_id=rid,
                                 json=wire.completion_body(request, self.model))
         total = time.monotonic() - t0
-        after = await self.engine_version(rid)
+        after = await self.engine_version(rid) if self._versions_from_engine else before
         if after != before:
             raise WeightVersionError(
                 f"request {rid}: the engine's version changed from {before} to {after} during a "
