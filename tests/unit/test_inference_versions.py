@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 import httpx
 import pytest
+from episode_rig import rig, script
 
 from rollbank.episodes.conversation import Conversation
+from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import InferenceError, InvalidLogprobError, WeightVersionError
 from rollbank.inference.engine_output import parse_version_label, versions_from_spans
@@ -91,6 +94,9 @@ class Engine:
 
     def client(self, **kw: Any) -> VLLMClient:
         return VLLMClient("http://srv:8000", transport=httpx.MockTransport(self), **kw)
+
+
+SOLVE = "```bash\necho hello > out.txt\n```\n"
 
 
 def req(rid: str = "r1", n: int = 3) -> GenerateRequest:
@@ -304,3 +310,20 @@ def test_trajectory_takes_one_version_per_token() -> None:
     assert traj.policy_versions == [3, 4, 4]
     with pytest.raises(ValueError, match="versions"):
         traj.append_model([1, 2], [-1.0, -1.0], [3])
+
+
+async def test_a_missing_logprob_ends_the_episode_as_infra_with_the_request_recorded() -> None:
+    """End to end: the episode is an inference (infra) failure naming the request and position;
+    no -inf reaches the trajectory (before: the None became -inf and the episode went on)."""
+    data = _copy(SCALE_OUT)
+    data["choices"][0]["logprobs"]["content"][1]["logprob"] = None
+    async with rig(script(SOLVE, "DONE\n"), servers=1) as r:
+        url = r.servers[0].base_url
+        bad = VLLMClient(url, transport=httpx.MockTransport(Engine(data)), scale_out=True)
+        r.runner.clients = {url: bad}
+        t = await r.run()
+    assert t.outcome is not None
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE, Reason.INFERENCE_ERROR)
+    error = t.outcome.evidence["error"]
+    assert "InvalidLogprobError" in error and "position 1" in error and f"{t.trajectory_id}/t0" in error
+    assert all(math.isfinite(x) for x in t.logprobs) and t.num_model_tokens == 0
