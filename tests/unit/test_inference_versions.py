@@ -163,6 +163,17 @@ async def test_behind_a_third_party_router_versions_can_be_the_clients_own() -> 
     assert res.token_versions == [2, 2, 2] and "/weight_info" not in engine.paths
 
 
+async def test_a_server_without_an_api_schema_falls_back_to_completions() -> None:
+    class NoSchema(Engine):
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/openapi.json":
+                return httpx.Response(404, json={"detail": "Not Found"})
+            return super().__call__(request)
+
+    client = NoSchema(COMPLETION, labels=("4",)).client()
+    assert (await client.generate(req())).token_versions == [4, 4, 4] and client.scale_out is False
+
+
 async def test_a_server_that_reports_no_version_is_refused_before_anything_is_sent() -> None:
     engine = Engine(COMPLETION, labels=(), openapi_paths=("/v1/completions",))
     client = engine.client()

@@ -219,8 +219,11 @@ class VLLMClient:
             if self._connected:
                 return
             if self._scale_out is None:
-                resp = await self._send("GET", "/openapi.json")
-                self._scale_out = wire.SCALE_OUT_GENERATE in (resp.json().get("paths") or {})
+                try:
+                    paths = (await self._send("GET", "/openapi.json")).json().get("paths") or {}
+                except (BadRequestError, ValueError, AttributeError):
+                    paths = {}  # no schema published (e.g. docs disabled): completions
+                self._scale_out = wire.SCALE_OUT_GENERATE in paths
             if self._versions_from_engine:
                 self._version = await self.engine_version()
             self._connected = True
@@ -240,9 +243,9 @@ class VLLMClient:
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         """Wait for admission, send one generation, return it with the engine's versions."""
-        await self._admission.wait_open()
         if not self._connected:
             await self.connect()
+        await self._admission.wait_open()  # last thing before sending
         rid = request.request_id
         t0 = time.monotonic()
         self._inflight.add(rid)
