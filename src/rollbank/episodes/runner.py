@@ -51,7 +51,6 @@ from rollbank.episodes.workload import EpisodePlan, TraceWorkload
 from rollbank.errors import (
     BuildError,
     InferenceError,
-    RequestAbortedError,
     SandboxError,
     VerifierError,
     VerifierTimeoutError,
@@ -241,9 +240,6 @@ class EpisodeRunner:
                 async with attempt.ctx.inference_slot(server):
                     ts = self.clock.now()
                     result = await self.clients[server].generate(request)
-            except RequestAbortedError as exc:
-                self.router.on_abort(server, rid)
-                return LoopEnd.ABORTED, {"turn": turn, "server": server, "error": str(exc)}
             except InferenceError as exc:
                 self.router.on_abort(server, rid)
                 return LoopEnd.INFERENCE_ERROR, {
