@@ -105,3 +105,38 @@ def test_load_episode_rejects_bad_files(tmp_path: Path) -> None:
     bad.write_text('{"schema": "other"}')
     with pytest.raises(InputError, match="schema"):
         load_episode(bad)
+
+
+async def test_a_well_tagged_file_with_a_missing_or_bad_key_names_the_field(tmp_path: Path) -> None:
+    # regression (issue 9): the right schema tag and a missing key gave a KeyError traceback
+    path = await _record(tmp_path, SOLVE, "DONE")
+    rec = json.loads(path.read_text())
+    for mutate, field in [
+        (lambda r: r.pop("trajectory_id"), "trajectory_id"),
+        (lambda r: r["steps"][0].pop("model_text"), "steps.0.model_text"),
+        (lambda r: r["steps"][0].update(index="first"), "steps.0.index"),
+        (lambda r: r["outcome"].update(reason="bored"), "outcome.reason"),
+        (lambda r: r["outcome"].update(outcome="infra_failure"), "outcome.reason"),  # mismatch
+        (lambda r: r["runner"].update(step_timeout_s=-1), "runner.step_timeout_s"),
+    ]:
+        broken = json.loads(json.dumps(rec))
+        mutate(broken)
+        path.write_text(json.dumps(broken))
+        with pytest.raises(InputError) as info:
+            load_episode(path)
+        assert info.value.field == field and info.value.file == str(path)
+
+
+async def test_replay_decides_the_outcome_again(tmp_path: Path) -> None:
+    path = await _record(tmp_path, SOLVE, "DONE")
+    report = await _replay(path)
+    assert report["outcome_recorded"] == {"outcome": "model_success", "reason": "verified_pass",
+                                          "reward": 1.0}
+    assert report["outcome_replayed"] == report["outcome_recorded"]
+    assert report["outcome_match"] is True
+    # a recorded infra verdict that the replay does not reproduce is reported, not hidden
+    rec = json.loads(path.read_text())
+    rec["outcome"].update(outcome="infra_failure", reason="verifier_crash")
+    path.write_text(json.dumps(rec))
+    report = await _replay(path)
+    assert report["outcome_match"] is False and report["ok"] is False
