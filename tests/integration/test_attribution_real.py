@@ -187,4 +187,5 @@ async def test_a_task_declaring_services_keeps_them(tmp_path: Path) -> None:
     task = make_task(tmp_path, SLOW_ZERO, timeout_s=30.0, services=True)
     assert task.services
     t = await run_one(task, bash(LOOP), max_turns=1, use_shell=False)
-    assert t.outcome is not None and t.outcome.reward == 1.0, t.outcome.to_dict()
+    assert t.outcome is not None
+    assert t.outcome.reward == 1.0, t.outcome.to_dict()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from episode_rig import FileVerifier, fake_spec, make_task, script
@@ -111,14 +113,32 @@ async def test_a_well_tagged_file_with_a_missing_or_bad_key_names_the_field(tmp_
     # regression (issue 9): the right schema tag and a missing key gave a KeyError traceback
     path = await _record(tmp_path, SOLVE, "DONE")
     rec = json.loads(path.read_text())
-    for mutate, field in [
-        (lambda r: r.pop("trajectory_id"), "trajectory_id"),
-        (lambda r: r["steps"][0].pop("model_text"), "steps.0.model_text"),
-        (lambda r: r["steps"][0].update(index="first"), "steps.0.index"),
-        (lambda r: r["outcome"].update(reason="bored"), "outcome.reason"),
-        (lambda r: r["outcome"].update(outcome="infra_failure"), "outcome.reason"),  # mismatch
-        (lambda r: r["runner"].update(step_timeout_s=-1), "runner.step_timeout_s"),
-    ]:
+    def drop(*keys: str | int) -> Callable[[dict[str, Any]], object]:
+        def f(r: dict[str, Any]) -> object:
+            target: Any = r
+            for k in keys[:-1]:
+                target = target[k]
+            return target.pop(keys[-1])
+        return f
+
+    def put(value: object, *keys: str | int) -> Callable[[dict[str, Any]], object]:
+        def f(r: dict[str, Any]) -> object:
+            target: Any = r
+            for k in keys[:-1]:
+                target = target[k]
+            target[keys[-1]] = value
+            return None
+        return f
+
+    cases: list[tuple[Callable[[dict[str, Any]], object], str]] = [
+        (drop("trajectory_id"), "trajectory_id"),
+        (drop("steps", 0, "model_text"), "steps.0.model_text"),
+        (put("first", "steps", 0, "index"), "steps.0.index"),
+        (put("bored", "outcome", "reason"), "outcome.reason"),
+        (put("infra_failure", "outcome", "outcome"), "outcome.reason"),  # reason/outcome mismatch
+        (put(-1, "runner", "step_timeout_s"), "runner.step_timeout_s"),
+    ]
+    for mutate, field in cases:
         broken = json.loads(json.dumps(rec))
         mutate(broken)
         path.write_text(json.dumps(broken))
