@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,11 +20,13 @@ from typing import Any
 
 import pytest
 
+from rollbank.cli.main import main
 from rollbank.clock import FakeClock
 from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.harnesses import FencedShellHarness
 from rollbank.episodes.outcome import Outcome, Reason
-from rollbank.episodes.runner import EpisodeRunner, RunnerConfig
+from rollbank.episodes.replay import EpisodeRecorder, episode_filename
+from rollbank.episodes.runner import EpisodeRunner, EpisodeSink, RunnerConfig
 from rollbank.episodes.sandboxes import Layers, TaskVerifier, WarmSource
 from rollbank.episodes.sources import Verifier
 from rollbank.episodes.trajectory import Trajectory
@@ -73,6 +76,7 @@ def bash(cmd: str) -> str:
 
 @contextlib.asynccontextmanager
 async def real_runner(task: Task, *turns: str, verifier: Verifier | None = None,
+                      recorder: EpisodeSink | None = None,
                       **cfg: Any) -> AsyncIterator[EpisodeRunner]:
     _, clients = make_fake_fleet(1, responder=model(*turns, "DONE"))
     async with LocalBackend() as backend, WarmPool(backend) as pool:
@@ -82,12 +86,13 @@ async def real_runner(task: Task, *turns: str, verifier: Verifier | None = None,
             tasks={task.task_id: task}, source=source, verifier=verifier or TaskVerifier(),
             harness=FencedShellHarness(), tokenizer=TOK,
             clients={c.base_url: c for c in clients},
-            router=make_router("round_robin", [c.base_url for c in clients], FakeClock()))
+            router=make_router("round_robin", [c.base_url for c in clients], FakeClock()),
+            recorder=recorder)
 
 
 async def run_one(task: Task, *turns: str, verifier: Verifier | None = None,
-                  **cfg: Any) -> Trajectory:
-    async with real_runner(task, *turns, verifier=verifier, **cfg) as runner:
+                  recorder: EpisodeSink | None = None, **cfg: Any) -> Trajectory:
+    async with real_runner(task, *turns, verifier=verifier, recorder=recorder, **cfg) as runner:
         t = await runner.run(AttemptSpec(key=AttemptKey(0, 0, 0, "g0"), task_id=task.task_id,
                                          seed=1, group_size=1, launched_at=0.0))
     assert t.outcome is not None
@@ -107,6 +112,25 @@ async def test_model_loop_called_by_the_tests_is_the_models_failure(tmp_path: Pa
     exp = t.outcome.evidence["experiment"]
     assert exp["episode_probe"]["state"] == "ok"
     assert exp["pristine_verify"]["error"] is None and exp["pristine_verify"]["reward"] == 0.0
+
+
+async def test_replay_reproduces_the_verdict(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    task = make_task(tmp_path, FAST_TESTS, timeout_s=4.0)
+    t = await run_one(task, bash("printf 'while :; do :; done\\n' > /app/solve.sh"),
+                      recorder=EpisodeRecorder(tmp_path / "episodes"))
+    path = tmp_path / "episodes" / episode_filename(t.trajectory_id)
+    # the CLI runs its own event loop: off this test's loop
+    code = await asyncio.to_thread(main, ["replay", str(path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["outcome_recorded"]["reason"] == "verifier_timeout_model_caused"
+    assert report["outcome_replayed"]["reason"] == "verifier_timeout_model_caused", report
+    assert report["outcome_replayed"]["experiment"]["pristine_verify"]["error"] is None
+    assert report["outcome_match"] is True and code == 0, report
+    code = await asyncio.to_thread(main, ["replay", str(path)])
+    text = capsys.readouterr().out
+    assert "outcome recorded model_failure/verifier_timeout_model_caused  replayed " \
+           "model_failure/verifier_timeout_model_caused -> same verdict" in text, text
 
 
 async def test_deleted_interpreter_is_the_models_failure(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ scripted model) and a fresh fork of the pristine snapshot answer differently.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from episode_rig import make_task, rig, script
@@ -16,6 +17,7 @@ from rollbank.episodes.trajectory import Trajectory
 from rollbank.sandbox.fake import FakeBackend, FakeSandbox
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import Task
+from rollbank.tasks.validate import VerifyBaseline, baseline_path, load_baseline, save_baseline
 
 
 class StateVerifier:
@@ -99,3 +101,29 @@ async def test_a_recorder_error_does_not_change_the_outcome() -> None:
 
 def test_task_declares_services_only_explicitly() -> None:
     assert make_task().services is False
+
+
+class SlowStateVerifier(StateVerifier):
+    async def verify(self, sandbox: Sandbox, task: Task) -> VerifierVerdict:
+        v = await super().verify(sandbox, task)
+        return v if v.error else VerifierVerdict(v.reward, v.rewards, duration_s=6.0)
+
+
+async def test_the_validate_baseline_guards_against_a_slow_host(tmp_path: Path) -> None:
+    save_baseline(VerifyBaseline("hash-hello", 1.0, 1.2, 600.0), tmp_path)
+    assert load_baseline("hash-hello", tmp_path) == VerifyBaseline("hash-hello", 1.0, 1.2, 600.0)
+    async with rig(script("```bash\necho loop > /app/loop.py\n```\n", "DONE")) as r:
+        v = SlowStateVerifier()
+        r.runner.verifier = r.runner.judge.verifier = v
+        r.runner.judge.baseline_of = lambda h: load_baseline(h, tmp_path)
+        t = await r.run()
+    assert t.outcome is not None
+    # the pristine re-verify took 6 s where tasks validate measured 1 s: too slow to judge
+    assert t.outcome.outcome is Outcome.UNKNOWN
+    assert t.outcome.evidence["experiment"]["baseline_verify_s"] == 1.0
+
+
+def test_a_missing_or_corrupt_baseline_is_none(tmp_path: Path) -> None:
+    assert load_baseline("nope", tmp_path) is None
+    baseline_path("bad", tmp_path).write_text("{not json")
+    assert load_baseline("bad", tmp_path) is None

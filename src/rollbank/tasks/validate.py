@@ -173,7 +173,8 @@ async def validate_task(task: Task, backend: SandboxBackend, builder: Environmen
     if rec.ok:
         try:
             await asyncio.to_thread(save_baseline, VerifyBaseline(
-                task.content_hash, noop.duration_s, rec.verify_timings.get("oracle_verify_s"),
+                task.content_hash, rec.verify_timings["noop_verify_s"],
+                rec.verify_timings.get("oracle_verify_s"),
                 task.verifier_timeout_s), baseline_dir)
         except OSError as exc:
             rec.warnings.append(f"could not record the verifier baseline: {exc}")
