@@ -28,7 +28,7 @@ from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.replay import EpisodeRecorder, episode_filename
 from rollbank.episodes.runner import EpisodeRunner, EpisodeSink, RunnerConfig
 from rollbank.episodes.sandboxes import Layers, TaskVerifier, WarmSource
-from rollbank.episodes.sources import Verifier
+from rollbank.episodes.sources import Acquired, Verifier
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
@@ -181,6 +181,42 @@ async def test_frozen_cgroup_is_not_the_models_failure(tmp_path: Path) -> None:
     exp = t.outcome.evidence["experiment"]
     assert exp["episode_probe"]["state"] == "timed_out"
     assert exp["pristine_verify"]["error"] is None
+
+
+class FreezeFirst:
+    """A source whose first sandbox (the episode's) freezes ``after_s`` after it is handed out."""
+
+    name = "freeze-first"
+
+    def __init__(self, inner: WarmSource, after_s: float) -> None:
+        self.inner, self.after_s, self.handed = inner, after_s, 0
+
+    async def acquire(self, task: Task, *, budget_s: float | None) -> Acquired:
+        acq = await self.inner.acquire(task, budget_s=budget_s)
+        self.handed += 1
+        if self.handed == 1:
+            assert isinstance(acq.sandbox, LocalSandbox)
+            asyncio.get_running_loop().call_later(self.after_s, acq.sandbox.cgroup.freeze, True)
+        return acq
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_step_timeout_in_a_frozen_sandbox_is_not_the_models_failure(tmp_path: Path) -> None:
+    task = make_task(tmp_path, FAST_TESTS, timeout_s=30.0)
+    async with real_runner(task, bash("sleep 1; sleep 1; sleep 1; sleep 1; echo done"),
+                           step_timeout_s=3.0, step_timeout_ends_episode=True) as runner:
+        assert isinstance(runner.source, WarmSource)
+        runner.source = runner.judge.source = FreezeFirst(runner.source, after_s=0.5)
+        t = await runner.run(AttemptSpec(key=AttemptKey(0, 0, 0, "g0"), task_id=task.task_id,
+                                         seed=1, group_size=1, launched_at=0.0))
+    assert t.outcome is not None
+    assert t.outcome.outcome is Outcome.UNKNOWN, t.outcome.to_dict()
+    exp = t.outcome.evidence["experiment"]
+    assert exp["episode_probe"]["state"] == "timed_out"
+    assert exp["pristine_probe"]["state"] == "ok"
+    assert t.verify_s == 0.0  # an unresponsive sandbox is not verified
 
 
 async def test_verifier_slow_everywhere_is_infra(tmp_path: Path) -> None:
