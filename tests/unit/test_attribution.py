@@ -100,6 +100,10 @@ def test_sandbox_death_is_decided_by_the_pristine_fork() -> None:
                         experiment=exp(DEAD, pristine=broken))
         assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.SANDBOX_DIED)
         assert out.evidence["hint_destructive"] == ["rm -rf /"]  # kept, only as a hint
+    # a runtime error while the sandbox still answers, or hangs (a frozen cgroup): unknown
+    for probe in (OK, HUNG):
+        out = attribute(LoopEnd.SANDBOX_DIED, experiment=exp(probe, pristine=OK))
+        assert out.outcome is Outcome.UNKNOWN
     # no experiment possible: unknown
     out = attribute(LoopEnd.SANDBOX_DIED, experiment=exp(DEAD, pristine=Probe(ProbeState.NOT_RUN)))
     assert out.outcome is Outcome.UNKNOWN

@@ -209,13 +209,18 @@ def death_reason(usage: SandboxUsage | None, exp: Experiment | None) -> tuple[Re
     p = exp.pristine if exp else None
     if p is None or p.state is ProbeState.NOT_RUN:
         return Reason.UNATTRIBUTED, "sandbox died; no pristine fork could be probed"
-    if p.state is ProbeState.OK:
-        hit = _model_limits(usage)
-        if hit is not None:
-            return hit
-        return Reason.SANDBOX_WRECKED, (
-            f"sandbox died while a fresh fork of the pristine snapshot answers ({p.duration_s:.2f} s)")
-    return Reason.SANDBOX_DIED, f"a fresh fork of the pristine snapshot fails too ({p.state.value})"
+    if p.state is not ProbeState.OK:
+        return Reason.SANDBOX_DIED, f"a fresh fork of the pristine snapshot fails too ({p.state.value})"
+    ep = exp.episode if exp else None
+    if ep is not None and ep.state in (ProbeState.OK, ProbeState.TIMED_OUT):
+        # a runtime error, yet the sandbox is not dead: it answers, or it hangs (a stall?)
+        return Reason.UNATTRIBUTED, (f"runtime error while the episode sandbox probe is "
+                                     f"{ep.state.value} and a pristine fork answers")
+    hit = _model_limits(usage)
+    if hit is not None:
+        return hit
+    return Reason.SANDBOX_WRECKED, (
+        f"sandbox died while a fresh fork of the pristine snapshot answers ({p.duration_s:.2f} s)")
 
 
 def stall_reason(exp: Experiment) -> tuple[Reason, str]:
