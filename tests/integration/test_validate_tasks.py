@@ -20,7 +20,7 @@ from rollbank.sandbox.local import LocalBackend
 from rollbank.tasks.builder import EnvironmentBuilder
 from rollbank.tasks.loader import load_task, load_tasks
 from rollbank.tasks.model import Task
-from rollbank.tasks.validate import spec_for, validate_tasks
+from rollbank.tasks.validate import load_baseline, spec_for, validate_task, validate_tasks
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +156,16 @@ async def test_kill_leftovers_stops_a_reward_rewriting_loop(backend: LocalBacken
     finally:
         await sb.close()
     assert result.status is VerifierStatus.FAIL
+
+
+async def test_validate_records_the_verifier_baseline(backend: LocalBackend, tmp_path: Path) -> None:
+    task = task_with_test(tmp_path, "if [ -f /app/solved ]; then echo 1; else echo 0; fi"
+                                    " > /logs/verifier/reward.txt\n", timeout_s=30.0)
+    (task.path / "solution" / "solve.sh").write_text("touch /app/solved\n")
+    task = load_task(task.path)
+    rec = await validate_task(task, backend, EnvironmentBuilder(), baseline_dir=tmp_path / "b")
+    assert rec.ok, rec.to_dict()
+    assert set(rec.verify_timings) == {"oracle_verify_s", "noop_verify_s"}
+    b = load_baseline(task.content_hash, tmp_path / "b")
+    assert b is not None and b.content_hash == task.content_hash
+    assert (b.noop_verify_s, b.verifier_timeout_s) == (rec.verify_timings["noop_verify_s"], 30.0)

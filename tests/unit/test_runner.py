@@ -120,12 +120,19 @@ async def test_sandbox_killed_by_the_model_is_a_model_failure() -> None:
                                                       Reason.SANDBOX_WRECKED)
 
 
-async def test_sandbox_dying_without_model_cause_is_infra() -> None:
-    backend = FakeBackend(handlers={"compute": _wreck}, files={"/app/.keep": b""})
+def _host_dies(sb: FakeSandbox, args: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+    sb.closed = True
+    sb.backend.fail_starts = 1  # the host is broken: a pristine fork cannot start either
+    return 137, b"", b""
+
+
+async def test_sandbox_dying_with_a_broken_host_is_infra() -> None:
+    backend = FakeBackend(handlers={"compute": _host_dies}, files={"/app/.keep": b""})
     async with rig(script("```bash\ncompute --fast\n```\n"), backend=backend) as r:
         t = await r.run()
     assert t.outcome is not None
     assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE, Reason.SANDBOX_DIED)
+    assert t.outcome.evidence["experiment"]["pristine_probe"]["state"] == "dead"
 
 
 async def test_context_exhaustion_is_the_models_failure() -> None:

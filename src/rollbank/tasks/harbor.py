@@ -8,7 +8,9 @@ own ``instruction.md`` and ``tests/``.
 task.toml fields read (all optional, defaults in brackets): ``[agent] timeout_sec`` [600],
 ``[verifier] timeout_sec`` [600] and ``env``, ``[environment] build_timeout_sec`` [600],
 ``docker_image``, ``cpus`` [1], ``memory_mb`` [2048], ``storage_mb`` [10240],
-``allow_internet`` [false], ``workdir``, ``env``, ``[solution] env``, ``[metadata]
+``allow_internet`` [false], ``services`` [false] (rollbank's key: the verifier needs processes
+the agent left running, e.g. a server on loopback; otherwise they are killed before
+verification), ``workdir``, ``env``, ``[solution] env``, ``[metadata]
 difficulty``, ``category``, ``tags``, ``cost``. Unknown keys are kept in ``Task.extra`` with a
 warning (liberal in what we accept); wrong types are :class:`~rollbank.errors.TaskError`
 naming ``task.toml`` and the dotted field.
@@ -102,6 +104,7 @@ def load(path: Path, config: LoaderConfig | None = None) -> Task:
         memory_mb=envt.integer("memory_mb", 2048),
         storage_mb=envt.integer("storage_mb", 10240),
         allow_internet=envt.boolean("allow_internet", False),
+        services=envt.boolean("services", False),
         workdir=envt.string("workdir"),
         env=envt.env("env"),
         verifier_env=verifier.env("env"),

@@ -46,6 +46,9 @@ class Task:
     memory_mb: int = 2048
     storage_mb: int = 10240
     allow_internet: bool = False
+    # the verifier needs what the agent left running (a server on loopback): keep it; False:
+    # every leftover agent process is killed before verification. Harbor: [environment] services
+    services: bool = False
     workdir: str | None = None  # None: from the Dockerfile's last WORKDIR
     env: Mapping[str, str] = field(default_factory=dict)
     verifier_env: Mapping[str, str] = field(default_factory=dict)
