@@ -56,8 +56,12 @@ class FakeSandbox:
         self.spec = spec
         self.files: dict[str, bytes] = dict(files)
         self.budget_s = budget_s
-        self.exec_seconds = 0.0
+        self.exec_seconds = 0.0  # billed seconds (host stall excluded)
+        self.stall_seconds = 0.0
         self.commands: list[str] = []  # every command string run, for assertions
+        # Seconds the host will stall the next command (a test's injected freeze): the
+        # clock advances by them, the command is not billed for them.
+        self.stall_next_s = 0.0
         self.closed = False
 
     @property
@@ -91,7 +95,10 @@ class FakeSandbox:
         budget_bound = left is not None and (timeout_s is None or left < timeout_s)
         limit_s = left if budget_bound else timeout_s
         t0 = self._now()
-        ctx = RunContext(None if limit_s is None else t0 + limit_s)
+        stall, self.stall_next_s = self.stall_next_s, 0.0
+        if stall:
+            await self._sleep(stall, RunContext(None))
+        ctx = RunContext(None if limit_s is None else t0 + stall + limit_s)
         timed_out = False
         try:
             rc = await Interpreter(self.files, self.backend.handlers, self, self._sleep).run(
@@ -99,7 +106,8 @@ class FakeSandbox:
         except CommandTimeout:
             timed_out, rc = True, None
         duration = self._now() - t0
-        self.exec_seconds += duration
+        self.exec_seconds += duration - stall
+        self.stall_seconds += stall
         outs = []
         for raw in (ctx.out, ctx.err):
             buf = BoundedBuffer(limit)
@@ -108,7 +116,7 @@ class FakeSandbox:
         return ExecResult(
             rc, 9 if timed_out else None, outs[0][0], outs[1][0], duration,
             timed_out=timed_out and not budget_bound, budget_exhausted=timed_out and budget_bound,
-            stdout_truncated=outs[0][1], stderr_truncated=outs[1][1],
+            stdout_truncated=outs[0][1], stderr_truncated=outs[1][1], stall_s=stall,
         )
 
     async def _sleep(self, seconds: float, ctx: RunContext) -> None:
@@ -163,7 +171,7 @@ class FakeSandbox:
         return self.backend._new_snapshot(self.files, self.spec)
 
     def usage(self) -> SandboxUsage:
-        return SandboxUsage(exec_seconds=self.exec_seconds)
+        return SandboxUsage(exec_seconds=self.exec_seconds, stall_seconds=self.stall_seconds)
 
     async def close(self) -> None:
         self.closed = True

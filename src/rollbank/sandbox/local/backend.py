@@ -33,6 +33,7 @@ from rollbank.errors import IsolationUnavailableError, SandboxError, SandboxStar
 from rollbank.sandbox.local.cgroups import CgroupLayout, owner_alive, owner_tag, reap_dead_owners
 from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.helper import helper_path
+from rollbank.sandbox.local.proc import await_exit
 from rollbank.sandbox.local.runtime import (
     NSENTER,
     SETPRIV_IN_SANDBOX,
@@ -167,14 +168,14 @@ class LocalBackend:
                 sandbox_id=sbid, spec=replace(spec, limits=lim), backend=self, init=init,
                 anchor_pid=anchor, cgroup=cg, mount_dir=self.mount_dir, rlimits=rl,
                 drop_caps=drop, budget_s=budget_s, helper=self._helper, rlimit_vals=rv,
+                max_host_stall_s=self.config.max_host_stall_s,
             )
         except BaseException:
-            cg.kill()
+            await cg.akill()
             if init is not None:
                 with contextlib.suppress(OSError):
                     init.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    init.wait(timeout=5)
+                await await_exit(init, 5.0)
             cg.remove()
             raise
         self._sandboxes[sbid] = sb

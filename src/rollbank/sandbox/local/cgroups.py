@@ -14,7 +14,10 @@ tree is killed without touching the rest of the sandbox.
 Invariants
 - A sandbox's processes are placed in its groups by the process itself *before* it execs
   anything (shell ``echo $$ > cgroup.procs``), so no child escapes accounting.
-- :meth:`SandboxCgroup.kill` returns only when no process of the sandbox remains.
+- :meth:`SandboxCgroup.akill` returns only when no process of the sandbox remains.
+- No method that waits blocks the event loop: freeze/kill are async (``asyncio.sleep``
+  polling of ``cgroup.events``); only :func:`reap_dead_owners`, which runs in a worker
+  thread at backend start, waits synchronously.
 - :func:`reap_dead_owners` removes groups whose owner process no longer exists.
 """
 
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollbank.errors import IsolationUnavailableError
+from rollbank.sandbox.billing import StallReading
 
 ROOT = Path("/sys/fs/cgroup")
 KILL_WAIT_S = 10.0  # how long kill() keeps signalling until the sandbox's processes are gone
@@ -180,14 +184,6 @@ class SandboxCgroup:
             files.append(self.v2 / name / "cgroup.procs")
         return name, files
 
-    def kill_exec_group(self, name: str) -> None:
-        if self.v2 is None:
-            return  # caller falls back to killing the process group
-        g = self.v2 / name
-        _kill_v2(g)
-        with contextlib.suppress(OSError):
-            g.rmdir()
-
     def drop_exec_group(self, name: str) -> None:
         if self.v2 is not None:
             with contextlib.suppress(OSError):
@@ -246,55 +242,82 @@ class SandboxCgroup:
                 out += [int(x) for x in f.read_text().split()]
         return out
 
+    def reading(self, group: str | None, now: float) -> StallReading:
+        """Cumulative stall/event counters for billing (``group``: a per-command group name,
+        None for the whole sandbox); counters this kernel lacks read as 0."""
+        g = (self.v2 / group if group else self.v2) if self.v2 is not None else None
+        frozen = _kv(g / "cgroup.stat.local" if g else None).get("frozen_usec", 0) / 1e6
+        full = 0.0
+        if g is not None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                line = (g / "cpu.pressure").read_text().splitlines()[1]  # "full ... total=N"
+                full = int(line.rsplit("total=", 1)[1]) / 1e6
+        if self.pure_v2:
+            throttled = _kv(self.v2 / "cpu.stat" if self.v2 else None).get("throttled_usec", 0) / 1e6
+        else:
+            throttled = _kv(self.v1["cpu"] / "cpu.stat").get("throttled_time", 0) / 1e9
+        return StallReading(t=now, frozen_s=frozen, cpu_full_s=full, throttled_s=throttled,
+                            oom_kills=self.oom_kills(), pids_hits=self.pids_limit_hits())
+
     # ---------------------------------------------------------------- freeze / kill / remove
-    def freeze(self, frozen: bool) -> None:
+    # Only async versions for the sandbox's own groups: every caller is on the event loop.
+    async def afreeze(self, frozen: bool) -> None:
+        """Freeze (or thaw) every process of the sandbox; return once the kernel says so."""
         if self.v2 is not None:
             (self.v2 / "cgroup.freeze").write_text("1" if frozen else "0")
-            want = "frozen 1" if frozen else "frozen 0"
-            for _ in range(2000):
-                if want in (self.v2 / "cgroup.events").read_text():
-                    return
-                time.sleep(0.0005)
+            await _await_events(self.v2, "frozen 1" if frozen else "frozen 0", limit_s=1.0)
             return
         if "freezer" in self.v1:
             (self.v1["freezer"] / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
 
-    def kill(self) -> None:
-        """SIGKILL every process of the sandbox; return when none is left."""
-        if self.v2 is not None:
-            _kill_v2(self.v2)
-        deadline = time.monotonic() + KILL_WAIT_S  # a loaded host can take seconds to reap
-        while True:
-            pids = self.pids()
-            if not pids or time.monotonic() > deadline:
-                return
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, 9)
-            time.sleep(0.005)
-
     async def akill(self) -> None:
-        """:meth:`kill` without blocking the event loop while the kernel delivers SIGKILL."""
+        """SIGKILL every process of the sandbox; return when none is left (or after
+        ``KILL_WAIT_S`` on a host too loaded to reap them), never blocking the event loop."""
         if self.v2 is not None:
             with contextlib.suppress(OSError):
                 (self.v2 / "cgroup.kill").write_text("1")
-            delay = 0.0002
-            for _ in range(200):
-                try:
-                    if "populated 0" in (self.v2 / "cgroup.events").read_text():
-                        break
-                except OSError:
-                    break
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.01)
-        self.kill()  # no-op when already empty; the v1 fallback otherwise
+            await _await_events(self.v2, "populated 0", limit_s=2.0)
+        deadline = time.monotonic() + KILL_WAIT_S  # the v1 fallback (and stragglers)
+        delay = 0.0005
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    async def akill_exec_group(self, name: str) -> None:
+        """Kill one command's group (everything it spawned) and remove it."""
+        if self.v2 is None:
+            return  # caller falls back to killing the process group
+        g = self.v2 / name
+        with contextlib.suppress(OSError):
+            (g / "cgroup.kill").write_text("1")
+        await _await_events(g, "populated 0", limit_s=1.0)
+        with contextlib.suppress(OSError):
+            g.rmdir()
 
     def remove(self) -> None:
         for p in [*self.v1.values(), *([self.v2] if self.v2 else [])]:
             _rmtree_cgroup(p)
 
 
+async def _await_events(group: Path, want: str, *, limit_s: float) -> None:
+    """Poll ``cgroup.events`` with asyncio sleeps until it shows ``want`` (or ``limit_s``)."""
+    deadline = time.monotonic() + limit_s
+    delay = 0.0002
+    while time.monotonic() < deadline:
+        try:
+            if want in (group / "cgroup.events").read_text():
+                return
+        except OSError:
+            return
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.01)
+
+
 def _kill_v2(group: Path) -> None:
+    """Blocking kill of a v2 group: only for the sync reaper (run off the event loop)."""
     kill = group / "cgroup.kill"
     if not kill.exists():
         return
