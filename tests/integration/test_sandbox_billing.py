@@ -43,21 +43,27 @@ async def backend(tmp_path: Path) -> AsyncIterator[LocalBackend]:
 
 
 async def start(backend: LocalBackend, base: Path, **limits: int) -> LocalSandbox:
-    sb = await backend.start(SandboxSpec(layers=(base,), limits=Limits(**limits)))  # type: ignore[arg-type]
+    sb = await backend.start(SandboxSpec(layers=(base,), limits=Limits(**limits)))
     assert isinstance(sb, LocalSandbox)
     return sb
+
+
+def _find_group(v2: Path, marker: str) -> Path | None:
+    for g in v2.glob("x*"):
+        with contextlib.suppress(OSError):
+            for pid in (g / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    if marker in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "):
+                        return g
+    return None
 
 
 async def _command_group(sb: LocalSandbox, marker: str) -> Path:
     """The per-command cgroup holding a process whose command line contains ``marker``."""
     assert sb.cgroup.v2 is not None, "this host has no cgroup v2 hierarchy to freeze"
     for _ in range(2000):
-        for g in sb.cgroup.v2.glob("x*"):
-            with contextlib.suppress(OSError):
-                for pid in (g / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(OSError):
-                        if marker in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " "):
-                            return g
+        if (g := _find_group(sb.cgroup.v2, marker)) is not None:
+            return g
         await asyncio.sleep(0.005)
     raise AssertionError(f"no command group runs {marker!r}")
 
