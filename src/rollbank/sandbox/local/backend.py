@@ -176,7 +176,7 @@ class LocalBackend:
                 with contextlib.suppress(OSError):
                     init.kill()
                 await await_exit(init, 5.0)
-            cg.remove()
+            await asyncio.to_thread(cg.remove)
             raise
         self._sandboxes[sbid] = sb
         return sb
@@ -233,9 +233,10 @@ class LocalBackend:
         for sb in list(self._sandboxes.values()):
             await sb.close()
         self._snapshots.clear()
-        shutil.rmtree(self._owner_dir, ignore_errors=True)
+        # file-tree and cgroup removal block (memory cgroups offline slowly): off the loop
+        await asyncio.to_thread(shutil.rmtree, self._owner_dir, True)
         if self._layout is not None:
-            self._layout.remove_owner_dirs()
+            await asyncio.to_thread(self._layout.remove_owner_dirs)
         self._closed = True
 
     async def __aenter__(self) -> LocalBackend:

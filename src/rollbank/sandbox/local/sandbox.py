@@ -356,7 +356,7 @@ class LocalSandbox:
         with contextlib.suppress(OSError):
             self._init.kill()
         await await_exit(self._init, 5.0)
-        self.cgroup.remove()
+        await asyncio.to_thread(self.cgroup.remove)  # rmdir of memory cgroups can block
         self._backend.forget(self)
 
 
