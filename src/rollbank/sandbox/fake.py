@@ -95,7 +95,12 @@ class FakeSandbox:
         budget_bound = left is not None and (timeout_s is None or left < timeout_s)
         limit_s = left if budget_bound else timeout_s
         t0 = self._now()
-        stall, self.stall_next_s = self.stall_next_s, 0.0
+        stall, self.stall_next_s = self.stall_next_s or self.backend.stall_s, 0.0
+        cap = self.backend.max_host_stall_s
+        if cap is not None and stall > cap:  # stopped by the host, never billed
+            await self._sleep(cap, RunContext(None))
+            self.stall_seconds += cap
+            return ExecResult(None, 9, "", "", cap, stall_s=cap, host_stalled=True)
         if stall:
             await self._sleep(stall, RunContext(None))
         ctx = RunContext(None if limit_s is None else t0 + stall + limit_s)
@@ -202,12 +207,17 @@ class FakeBackend:
     commands (name -> fn(sandbox, args, stdin) -> (exit code, stdout, stderr)).
     ``fail_starts``: the next N starts raise :class:`SandboxStartError` (infra faults).
     ``files``: what every started spec contains (the spec's layers are not read).
+    ``stall_s``: the host stalls every command this long before it runs (not billed);
+    ``max_host_stall_s``: a longer stall stops the command as ``host_stalled``.
     """
 
     def __init__(self, clock: FakeClock | None = None, *,
                  handlers: Mapping[str, Handler] | None = None, fail_starts: int = 0,
-                 files: Mapping[str, bytes] | None = None) -> None:
+                 files: Mapping[str, bytes] | None = None, stall_s: float = 0.0,
+                 max_host_stall_s: float | None = None) -> None:
         self.clock = clock
+        self.stall_s = stall_s
+        self.max_host_stall_s = max_host_stall_s
         self.handlers = dict(handlers or {})
         self.fail_starts = fail_starts
         self.base_files = dict(files or {})

@@ -224,7 +224,8 @@ async def run_process(
                 with contextlib.suppress(OSError):
                     pipe.close()
         os.close(pidfd)
-        returncode = proc.wait()
+        rc = await await_exit(proc, 10.0)  # already exited (or killed): no blocking wait
+        returncode = proc.wait() if rc is None else rc
     b = bill(start, end) if end is not None else None
     return ProcessResult(returncode, bufs[0], bufs[1], time.monotonic() - t0, deadline_hit,
                          b, stalled)
