@@ -120,11 +120,22 @@ class LocalSandbox:
     def alive(self) -> bool:
         if self._closed or self._init.poll() is not None:
             return False
-        try:
-            os.kill(self.anchor_pid, 0)
+        try:  # a dying anchor (exiting, or a zombie bwrap has not reaped) is not alive
+            stat = Path(f"/proc/{self.anchor_pid}/stat").read_bytes()
         except OSError:
             return False
-        return True
+        return stat.rsplit(b")", 1)[-1].split()[:1] not in ([b"Z"], [b"X"]) and not (
+            _exiting(stat))
+
+    async def _settled_alive(self, res: ProcessResult) -> bool:
+        """``alive``, after a SIGKILLed command gave a dying sandbox a moment to show it
+        (the host killing the sandbox kills the command first)."""
+        if res.returncode in (-9, 137) and not res.deadline_hit and not res.host_stalled:
+            for _ in range(20):
+                if not self.alive:
+                    return False
+                await asyncio.sleep(0.01)
+        return self.alive
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb"}
@@ -180,7 +191,7 @@ class LocalSandbox:
         finally:
             self.cgroup.drop_exec_group(group)
         self._last = res.bill
-        if res.returncode != 0 and not self.alive:
+        if res.returncode != 0 and not await self._settled_alive(res):
             raise SandboxDiedError(
                 f"sandbox {self._id} died during a command: "
                 + res.stderr.raw().decode(errors="replace")[-500:]
@@ -358,6 +369,14 @@ class LocalSandbox:
         await await_exit(self._init, 5.0)
         await asyncio.to_thread(self.cgroup.remove)  # rmdir of memory cgroups can block
         self._backend.forget(self)
+
+
+def _exiting(stat: bytes) -> bool:
+    """PF_EXITING in /proc/<pid>/stat's flags (field 9): the process is on its way out."""
+    try:
+        return bool(int(stat.rsplit(b")", 1)[-1].split()[6]) & 0x4)
+    except (ValueError, IndexError):
+        return False
 
 
 def _pack(local: Path) -> tuple[bool, bytes, int]:
