@@ -30,10 +30,11 @@ from pathlib import Path
 from types import TracebackType
 
 from rollbank.errors import IsolationUnavailableError, SandboxError, SandboxStartError
-from rollbank.sandbox.local.cgroups import CgroupLayout, owner_alive, owner_tag, reap_dead_owners
+from rollbank.sandbox.local.cgroups import CgroupLayout, owner_alive, owner_tag
 from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.helper import helper_path
 from rollbank.sandbox.local.proc import await_exit
+from rollbank.sandbox.local.reaper import reap_dead_owners
 from rollbank.sandbox.local.runtime import (
     NSENTER,
     SETPRIV_IN_SANDBOX,

@@ -16,9 +16,9 @@ Invariants
   anything (shell ``echo $$ > cgroup.procs``), so no child escapes accounting.
 - :meth:`SandboxCgroup.akill` returns only when no process of the sandbox remains.
 - No method that waits blocks the event loop: freeze/kill are async (``asyncio.sleep``
-  polling of ``cgroup.events``); only :func:`reap_dead_owners`, which runs in a worker
+  polling of ``cgroup.events``); only ``reaper.reap_dead_owners``, which runs in a worker
   thread at backend start, waits synchronously.
-- :func:`reap_dead_owners` removes groups whose owner process no longer exists.
+- ``reaper.reap_dead_owners`` removes groups whose owner process no longer exists.
 """
 
 from __future__ import annotations
@@ -273,6 +273,7 @@ class SandboxCgroup:
     async def akill(self) -> None:
         """SIGKILL every process of the sandbox; return when none is left (or after
         ``KILL_WAIT_S`` on a host too loaded to reap them), never blocking the event loop."""
+        seen = set(self.pids())
         if self.v2 is not None:
             with contextlib.suppress(OSError):
                 (self.v2 / "cgroup.kill").write_text("1")
@@ -280,9 +281,14 @@ class SandboxCgroup:
         deadline = time.monotonic() + KILL_WAIT_S  # the v1 fallback (and stragglers)
         delay = 0.0005
         while (pids := self.pids()) and time.monotonic() < deadline:
+            seen.update(pids)
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, 9)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        # a process leaves its cgroup a moment before it has finished exiting
+        while (seen := {p for p in seen if _running(p)}) and time.monotonic() < deadline:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.02)
 
@@ -316,20 +322,13 @@ async def _await_events(group: Path, want: str, *, limit_s: float) -> None:
         delay = min(delay * 2, 0.01)
 
 
-def _kill_v2(group: Path) -> None:
-    """Blocking kill of a v2 group: only for the sync reaper (run off the event loop)."""
-    kill = group / "cgroup.kill"
-    if not kill.exists():
-        return
-    with contextlib.suppress(OSError):
-        kill.write_text("1")
-    for _ in range(2000):
-        try:
-            if "populated 0" in (group / "cgroup.events").read_text():
-                return
-        except OSError:
-            return
-        time.sleep(0.0005)
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (it has not finished exiting)."""
+    try:
+        stat = _read(Path(f"/proc/{pid}/stat"))
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] not in (["Z"], ["X"])
 
 
 def _read(path: Path) -> str:
@@ -381,35 +380,3 @@ def _rmtree_cgroup(path: Path) -> None:
             _rmtree_cgroup(Path(entry.path))
     with contextlib.suppress(OSError):
         path.rmdir()
-
-
-def reap_dead_owners() -> int:
-    """Kill and remove sandbox groups of orchestrators that died; return groups reaped."""
-    reaped = 0
-    hierarchies: list[tuple[Path, bool]] = []
-    if (ROOT / "cgroup.controllers").exists():
-        hierarchies.append((ROOT / "rollbank", True))
-    else:
-        if (ROOT / "unified" / "cgroup.procs").exists():
-            hierarchies.append((ROOT / "unified" / _own_path(None).lstrip("/") / "rollbank", True))
-        for ctrl in (*V1_CONTROLLERS, "freezer"):
-            hierarchies.append((ROOT / ctrl / _own_path(ctrl).lstrip("/") / "rollbank", False))
-    for base, is_v2 in hierarchies:
-        if not base.is_dir():
-            continue
-        for owner in base.iterdir():
-            if not owner.is_dir() or not owner.name.startswith("o") or owner_alive(owner.name):
-                continue
-            for sb in [p for p in owner.iterdir() if p.is_dir()]:
-                if is_v2:
-                    _kill_v2(sb)
-                else:
-                    with contextlib.suppress(OSError):
-                        (sb / "freezer.state").write_text("THAWED")
-                    for f in sb.rglob("cgroup.procs"):
-                        with contextlib.suppress(OSError, ValueError):
-                            for pid in f.read_text().split():
-                                os.kill(int(pid), 9)
-                reaped += 1
-            _rmtree_cgroup(owner)
-    return reaped
