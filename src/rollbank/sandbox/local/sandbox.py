@@ -102,6 +102,7 @@ class LocalSandbox:
         self._stall_s = 0.0
         self._max_stall = max_host_stall_s
         self._closed = False
+        self._teardown: asyncio.Future[None] | None = None
         self._shells: list[LocalShellSession] = []
         self._oom_base = cgroup.oom_kills()
         self._pids_base = cgroup.pids_limit_hits()
@@ -357,9 +358,14 @@ class LocalSandbox:
         )
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        """Idempotent; the teardown finishes even if the caller is cancelled meanwhile (a
+        later ``close`` waits for it), so no process or cgroup is left behind."""
+        if self._teardown is None:
+            self._closed = True
+            self._teardown = asyncio.ensure_future(self._close_now())
+        await asyncio.shield(self._teardown)
+
+    async def _close_now(self) -> None:
         for s in self._shells:
             with contextlib.suppress(Exception):
                 await s.close()
