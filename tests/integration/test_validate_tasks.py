@@ -6,6 +6,7 @@ sandboxes, and verifier faults (crash, timeout, missing reward) are provoked for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections.abc import AsyncIterator
@@ -87,7 +88,7 @@ def task_with_test(tmp_path: Path, test_sh: str, *, timeout_s: float = 60.0) -> 
 
 
 async def verify(backend: LocalBackend, task: Task, agent: str | None = None) -> VerifierStatus:
-    built = EnvironmentBuilder().build(task)
+    built = await asyncio.to_thread(EnvironmentBuilder().build, task)  # it blocks: off the loop
     sb = await backend.start(spec_for(task, built))
     try:
         if agent is not None:
@@ -120,7 +121,7 @@ async def test_verifier_statuses(backend: LocalBackend, tmp_path: Path, test_sh:
 
 async def test_verifier_timeout_is_infra(backend: LocalBackend, tmp_path: Path) -> None:
     task = task_with_test(tmp_path, "sleep 600\necho 1 > /logs/verifier/reward.txt\n", timeout_s=1.0)
-    built = EnvironmentBuilder().build(task)
+    built = await asyncio.to_thread(EnvironmentBuilder().build, task)  # it blocks: off the loop
     sb = await backend.start(spec_for(task, built))
     try:
         result = await run_verifier(sb, task)
@@ -146,7 +147,7 @@ async def test_agent_symlinked_logs_are_replaced(backend: LocalBackend, tmp_path
 
 async def test_kill_leftovers_stops_a_reward_rewriting_loop(backend: LocalBackend, tmp_path: Path) -> None:
     task = task_with_test(tmp_path, "sleep 1; echo 0 > /logs/verifier/reward.txt; sleep 2\n")
-    built = EnvironmentBuilder().build(task)
+    built = await asyncio.to_thread(EnvironmentBuilder().build, task)  # it blocks: off the loop
     sb = await backend.start(spec_for(task, built))
     try:
         loop = "nohup sh -c 'while true; do echo 1 > /logs/verifier/reward.txt 2>/dev/null; sleep 0.05; done' >/dev/null 2>&1 &"

@@ -180,3 +180,25 @@ def test_runner_refuses_router_servers_without_clients() -> None:
                       harness=FencedShellHarness(), tokenizer=TOK, clients={},
                       router=make_router("round_robin", ["a"], FakeClock()))
     assert clients
+
+
+async def test_a_host_stall_is_not_billed_to_the_models_step_timeout_or_budget() -> None:
+    clock = FakeClock()  # every command is stalled 50 s by the host, far past both limits
+    backend = FakeBackend(clock, files={"/app/.keep": b""}, stall_s=50.0)
+    async with rig(script("```bash\nsleep 1\n```\n"), backend=backend, step_timeout_s=5,
+                   episode_budget_s=10, max_turns=3, step_timeout_ends_episode=True) as r:
+        t = await r.run()
+    assert t.outcome is not None
+    assert t.outcome.reason is Reason.MAX_TURNS and len(t.steps) == 3
+    assert not any(s.timed_out for s in t.steps)
+
+
+async def test_a_host_stall_beyond_the_cap_is_infra_not_a_timeout() -> None:
+    clock = FakeClock()
+    backend = FakeBackend(clock, files={"/app/.keep": b""}, stall_s=50.0, max_host_stall_s=20.0)
+    async with rig(script("```bash\nsleep 1\n```\n"), backend=backend, step_timeout_s=5,
+                   step_timeout_ends_episode=True) as r:
+        t = await r.run()
+    assert t.outcome is not None
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE, Reason.HOST_ERROR)
+    assert t.outcome.evidence["host_stalled"] is True

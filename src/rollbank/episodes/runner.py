@@ -49,6 +49,7 @@ from rollbank.episodes.attribution import (
     needs_experiment,
     stalled,
 )
+from rollbank.episodes.billing import step_bill
 from rollbank.episodes.conversation import Conversation
 from rollbank.episodes.counterfactual import Counterfactual
 from rollbank.episodes.harnesses import ActionKind, Harness
@@ -292,11 +293,14 @@ class EpisodeRunner:
                     traj.tool_s += ty - tx
                 last = results[-1]
                 step.exit_code, step.signal, step.timed_out = last.exit_code, last.signal, last.timed_out
-                step.exec_s = sum(r.duration_s for r in results)
+                bill = step_bill(results)  # step timeouts and budget count billed seconds
+                step.exec_s = bill.wall_s
                 step.observation = self.harness.format_observation(results)
                 timeouts += sum(r.timed_out for r in results)
                 ev = {"turn": turn, "step_timeouts": timeouts, "exit_code": last.exit_code,
-                      "signal": last.signal, "oom_killed": last.oom_killed}
+                      "signal": last.signal, "oom_killed": last.oom_killed, **bill.evidence()}
+                if bill.host_stalled:  # the host, not the model, stopped the command
+                    return LoopEnd.HOST_ERROR, ev
                 if any(r.budget_exhausted for r in results):
                     return LoopEnd.BUDGET, ev
                 if last.timed_out and cfg.step_timeout_ends_episode:
