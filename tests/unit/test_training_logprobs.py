@@ -1,0 +1,80 @@
+"""Chunked sampled-token log-probs equal the naive full-logits computation (tiny model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from rollbank.inference.models import OFFLINE_ENV, ensure_model  # noqa: E402
+from rollbank.training.logprobs import naive_token_logprobs, token_logprobs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Any:
+    import os
+
+    os.environ.update(OFFLINE_ENV)
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_pretrained(str(ensure_model("tiny")), dtype=torch.float32).eval()
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 2048, (3, 21), generator=g)
+    lengths = torch.tensor([21, 14, 9])
+    attn = (torch.arange(21)[None, :] < lengths[:, None]).long()
+    ids = ids * attn  # right padding with pad id 0
+    select = torch.zeros(3, 21, dtype=torch.float32)
+    select[:, 5:] = 1.0
+    return ids, attn, select * attn
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_chunked_equals_naive_on_every_real_token(tiny: Any, chunk: int) -> None:
+    ids, attn, _ = _batch()
+    with torch.no_grad():
+        naive = naive_token_logprobs(tiny, ids, attn)
+        chunked = token_logprobs(tiny, ids, attn, chunk=chunk)
+    assert chunked.shape == ids.shape
+    assert torch.allclose(chunked, naive, atol=1e-5, rtol=0)
+    assert (chunked[:, 0] == 0).all() and (chunked[attn == 0] == 0).all()
+    assert (chunked[:, 1:][attn[:, 1:] == 1] < 0).all()  # real values, not placeholders
+
+
+def test_selected_positions_only_and_temperature(tiny: Any) -> None:
+    ids, attn, select = _batch()
+    with torch.no_grad():
+        naive = naive_token_logprobs(tiny, ids, attn, temperature=0.7)
+        chunked = token_logprobs(tiny, ids, attn, select=select, chunk=5, temperature=0.7)
+    on = select.bool()
+    assert torch.allclose(chunked[on], naive[on], atol=1e-5, rtol=0)
+    assert (chunked[~on] == 0).all()
+
+
+def test_gradients_equal_naive(tiny: Any) -> None:
+    ids, attn, select = _batch()
+    weights = torch.linspace(-1.0, 1.0, ids.numel()).reshape(ids.shape) * select
+
+    def grads(fn: Any) -> list[torch.Tensor]:
+        tiny.zero_grad(set_to_none=True)
+        (fn() * weights).sum().backward()
+        return [p.grad.clone() for p in tiny.parameters() if p.grad is not None]
+
+    naive = grads(lambda: naive_token_logprobs(tiny, ids, attn))
+    chunked = grads(lambda: token_logprobs(tiny, ids, attn, select=select, chunk=4))
+    assert len(naive) == len(chunked) > 0
+    for a, b in zip(naive, chunked, strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+    tiny.zero_grad(set_to_none=True)
+
+
+def test_bad_chunk_is_an_error(tiny: Any) -> None:
+    ids, attn, _ = _batch()
+    with pytest.raises(ValueError):
+        token_logprobs(tiny, ids, attn, chunk=0)
