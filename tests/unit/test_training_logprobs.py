@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rollbank.inference.models import OFFLINE_ENV, ensure_model  # noqa: E402
-from rollbank.training.logprobs import naive_token_logprobs, token_logprobs  # noqa: E402
+import torch
+
+from rollbank.inference.models import OFFLINE_ENV, ensure_model
+from rollbank.training.logprobs import naive_token_logprobs, token_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +23,9 @@ def tiny() -> Any:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_pretrained(str(ensure_model("tiny")), dtype=torch.float32).eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(str(ensure_model("tiny")), dtype=torch.float32)
+    model.eval()
+    return model
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -63,7 +67,7 @@ def test_gradients_equal_naive(tiny: Any) -> None:
 
     def grads(fn: Any) -> list[torch.Tensor]:
         tiny.zero_grad(set_to_none=True)
-        (fn() * weights).sum().backward()
+        torch.autograd.backward((fn() * weights).sum())
         return [p.grad.clone() for p in tiny.parameters() if p.grad is not None]
 
     naive = grads(lambda: naive_token_logprobs(tiny, ids, attn))

@@ -6,9 +6,11 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from rollbank.training.loss import aggregate, k3, policy_loss  # noqa: E402
+import torch
+
+from rollbank.training.loss import aggregate, k3, policy_loss
 
 LN = math.log
 # two trajectories, three positions; model tokens: row 0 at t=1,2; row 1 at t=1
@@ -61,7 +63,7 @@ def test_on_policy_gradient_is_minus_advantage_over_tokens() -> None:
     # r = 1 everywhere: d loss / d logp[b, t] = -A_b * mask[b, t] / 3 (token-mean)
     logp = torch.zeros(2, 3, requires_grad=True)
     loss, _ = policy_loss(logp, torch.zeros(2, 3), _t(ADV), _t(MASK))
-    loss.backward()
+    torch.autograd.backward(loss)
     assert logp.grad is not None
     expect = _t([[0.0, -1 / 3, -1 / 3], [0.0, 2 / 3, 0.0]])
     assert torch.allclose(logp.grad, expect, atol=1e-7)
@@ -70,7 +72,7 @@ def test_on_policy_gradient_is_minus_advantage_over_tokens() -> None:
 def test_clipped_token_has_no_gradient() -> None:
     logp = torch.tensor([[LN(1.5), LN(1.1)]], requires_grad=True)
     loss, _ = policy_loss(logp, torch.zeros(1, 2), _t([1.0]), torch.ones(1, 2))
-    loss.backward()
+    torch.autograd.backward(loss)
     assert logp.grad is not None
     # token 0 is clipped (1.5 > 1.2): no gradient; token 1: -A * r / N = -1.1 / 2
     assert logp.grad[0, 0].item() == 0.0
@@ -108,7 +110,7 @@ def test_micro_batches_with_whole_batch_denominators_sum_to_the_full_loss() -> N
 def test_off_mask_positions_cannot_overflow() -> None:
     logp = torch.tensor([[500.0, 0.0]], requires_grad=True)  # padding holds garbage
     loss, st = policy_loss(logp, torch.zeros(1, 2), _t([1.0]), _t([[0.0, 1.0]]))
-    loss.backward()
+    torch.autograd.backward(loss)
     assert logp.grad is not None and torch.isfinite(logp.grad).all()
     assert math.isfinite(loss.item()) and st.ratio_max == 1.0
 

@@ -213,7 +213,7 @@ class Trainer:
                 clip_high=cfg.clip_high, loss_agg=cfg.loss_agg, ref_logp=ref,
                 kl_coef=cfg.kl_coef, token_weights=weights, **totals,
             )
-            loss.backward()
+            torch.autograd.backward(loss)
             recompute[mb.start:mb.stop, : mb.input_ids.shape[1]] = logp.detach()
             stats.append(st)
         limit = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
