@@ -82,3 +82,27 @@ def test_bad_chunk_is_an_error(tiny: Any) -> None:
     ids, attn, _ = _batch()
     with pytest.raises(ValueError):
         token_logprobs(tiny, ids, attn, chunk=0)
+
+
+def test_gemma3_tied_head_and_final_softcap_match_naive() -> None:
+    """The Gemma 3 path: tied embeddings as LM head, final-logit softcapping, sliding window."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=4,
+        final_logit_softcapping=5.0, tie_word_embeddings=True, pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    model: Any = Gemma3ForCausalLM(cfg)
+    model.eval()
+    ids, attn, select = _batch()
+    ids = ids % 512
+    with torch.no_grad():
+        naive = naive_token_logprobs(model, ids, attn, temperature=0.9)
+        chunked = token_logprobs(model, ids, attn, select=select, chunk=6, temperature=0.9)
+        model.config.final_logit_softcapping = None
+        uncapped = naive_token_logprobs(model, ids, attn, temperature=0.9)
+    on = select.bool()
+    assert torch.allclose(chunked[on], naive[on], atol=1e-5, rtol=0)
+    assert not torch.allclose(chunked[on], uncapped[on], atol=1e-3)  # the cap matters here
