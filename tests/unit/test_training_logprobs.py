@@ -106,3 +106,23 @@ def test_gemma3_tied_head_and_final_softcap_match_naive() -> None:
     on = select.bool()
     assert torch.allclose(chunked[on], naive[on], atol=1e-5, rtol=0)
     assert not torch.allclose(chunked[on], uncapped[on], atol=1e-3)  # the cap matters here
+
+
+def test_fp32_head_on_a_bf16_model_is_closer_to_fp32() -> None:
+    import os
+
+    os.environ.update(OFFLINE_ENV)
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(str(ensure_model("tiny")), dtype=torch.bfloat16)
+    model.eval()
+    ref: Any = AutoModelForCausalLM.from_pretrained(str(ensure_model("tiny")), dtype=torch.float32)
+    ref.eval()
+    ids, attn, select = _batch()
+    on = select.bool()
+    with torch.no_grad():
+        exact = naive_token_logprobs(ref, ids, attn)[on]
+        fp32 = token_logprobs(model, ids, attn, select=select, fp32_head=True)[on]
+        bf16 = token_logprobs(model, ids, attn, select=select, fp32_head=False)[on]
+    assert not torch.equal(fp32, bf16)
+    assert (fp32 - exact).abs().mean() < (bf16 - exact).abs().mean()

@@ -73,6 +73,10 @@ class TrainerConfig(Section):
         default="float32",
         description="dtype of the trained weights and the forward pass; log-softmax is always fp32",
     )
+    fp32_lm_head: bool = Field(
+        default=True,
+        description="run the LM head in fp32 even when dtype is bfloat16 (closer to the engine's fp32 log-probs)",
+    )
     loss_agg: LossAgg = Field(
         default="token-mean", description="'token-mean' or 'sequence-mean' (see the module doc)"
     )

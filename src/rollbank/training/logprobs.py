@@ -13,7 +13,9 @@ its gradient), whatever the batch size.
 
 Alignment (the loader's): ``out[b, t] = log p(input_ids[b, t] | input_ids[b, :t])``, computed
 from the hidden state at ``t - 1``; ``out[b, 0] = 0`` and every unselected position is 0.
-The head's output is taken in fp32, softcapped like the model's own forward
+The head runs in fp32 when ``fp32_head`` (a plain ``nn.Linear`` head: hidden state and weight
+are upcast; the fix for bf16 numerics mismatch, MiniMax-M1 / ScaleRL) or else in the model's
+dtype with its output upcast; the logits are then softcapped like the model's own forward
 (``final_logit_softcapping``, Gemma) and divided by ``temperature`` (the engine's sampling
 temperature) before the log-softmax.
 """
@@ -47,9 +49,17 @@ def hidden_states(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
 
 
 def _head_logprobs(head: Callable[[torch.Tensor], torch.Tensor], softcap: float | None,
-                   temperature: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+                   temperature: float, fp32_head: bool
+                   ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    plain = type(head) is torch.nn.Linear  # a LoRA-wrapped head keeps its own forward
+
     def run(h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = head(h).float()
+        if fp32_head and plain:
+            assert isinstance(head, torch.nn.Linear)
+            bias = None if head.bias is None else head.bias.float()
+            logits = torch.nn.functional.linear(h.float(), head.weight.float(), bias)
+        else:
+            logits = head(h).float()
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
         if temperature != 1.0:
@@ -68,6 +78,7 @@ def token_logprobs(
     select: torch.Tensor | None = None,
     chunk: int = 256,
     temperature: float = 1.0,
+    fp32_head: bool = True,
 ) -> torch.Tensor:
     """``[B, T]`` fp32 log-probs of ``input_ids`` under ``model`` at the selected positions.
 
@@ -83,7 +94,8 @@ def token_logprobs(
     hidden = hidden_states(model, input_ids, attention_mask)
     h = hidden[rows, cols - 1]  # [N, H]: the state that predicts token (row, col)
     targets = input_ids[rows, cols]
-    run = _head_logprobs(causal_lm(model).get_output_embeddings(), _softcap(model), temperature)
+    run = _head_logprobs(causal_lm(model).get_output_embeddings(), _softcap(model), temperature,
+                         fp32_head)
     grad = torch.is_grad_enabled()
     parts: list[torch.Tensor] = []
     for start in range(0, h.shape[0], chunk):

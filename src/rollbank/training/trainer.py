@@ -168,7 +168,7 @@ class Trainer:
         return token_logprobs(
             self.model if model is None else model, mb.input_ids, mb.attention_mask,
             select=mb.loss_mask, chunk=self.config.logprob_chunk,
-            temperature=self.config.temperature,
+            temperature=self.config.temperature, fp32_head=self.config.fp32_lm_head,
         )
 
     @torch.no_grad()
