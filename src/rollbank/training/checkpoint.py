@@ -62,7 +62,7 @@ def copy_tokenizer(src: Path, dst: Path) -> None:
 
 
 def write_version(
-    root: Path, version: int, write: Callable[[Path], None], meta: dict[str, Any]
+    root: Path, version: int, write: Callable[[Path], object], meta: dict[str, Any]
 ) -> Path:
     """Run ``write(tmp_dir)`` and publish ``tmp_dir`` as ``root/vNNNNNN`` atomically."""
     root.mkdir(parents=True, exist_ok=True)
