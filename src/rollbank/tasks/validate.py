@@ -24,6 +24,7 @@ from rollbank.errors import InputError, RollbankError
 from rollbank.sandbox.protocol import Limits, SandboxBackend, SandboxSpec
 from rollbank.tasks.builder import BuiltEnvironment, EnvironmentBuilder
 from rollbank.tasks.model import Task
+from rollbank.tasks.validate_steps import check_steps
 
 
 @dataclass
@@ -81,7 +82,11 @@ async def validate_task(task: Task, backend: SandboxBackend, builder: Environmen
     rec.approximations = list(built.approximations)
     spec = spec_for(task, built)
     try:
-        if task.solution is None:
+        if task.steps:  # multi-step: every step's oracle then tests, in one sandbox
+            t1 = time.monotonic()
+            await check_steps(task, backend, spec, rec)
+            rec.timings["oracle_s"] = round(time.monotonic() - t1, 3)
+        elif task.solution is None:
             rec.error = "task has no oracle solution"
         else:
             t1 = time.monotonic()
