@@ -60,7 +60,7 @@ def _step(f: Fields, i: int, name: str, root: Path, config: LoaderConfig,
           warnings: list[str]) -> TaskStep:
     sdir = root / "steps" / name
     if not sdir.is_dir():
-        raise TaskError(f"step {name!r} has no folder", file=sdir, field=f"steps[{i}].name")
+        raise TaskError(f"step {name!r} has no folder steps/{name}/", file=f.file, field=f"steps[{i}].name")
     text = folder.read_text(sdir / "instruction.md", config)
     assert text is not None
     if not text.strip():

@@ -60,7 +60,8 @@ class Task:
     is the mean of the steps' rewards (``multi_step_reward_strategy = "mean"``, steps with
     ``contributes_to_mean = false`` left out, steps never run count 0) or the last step's
     (``"final"``). For a multi-step task ``instruction``/``tests_dir``/``solution`` are those
-    of step 0, so a runner unaware of steps runs (only) the first step correctly.
+    of step 0; timeouts and ``verifier_env`` stay the task-level ones (the fallbacks of every
+    step), so use ``for_step(i)`` to run or verify a step.
 
     Skills (``[environment] skills_dir``): ``skills_dir`` is the absolute path inside the
     environment where the skills are (each a folder with a ``SKILL.md``); when the task folder
