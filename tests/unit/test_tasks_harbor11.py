@@ -85,7 +85,7 @@ def test_bad_steps_name_the_field(tmp_path: Path, toml_tail: str, field: str, te
 def test_a_step_without_any_test_sh_is_refused(tmp_path: Path) -> None:
     task = copy("multi-step-notes", tmp_path)
     (task / "tests" / "test.sh").unlink()
-    with pytest.raises(TaskError, match="01-create.*no test.sh"):
+    with pytest.raises(TaskError, match=r"01-create.*no test\.sh"):
         load_task(task)
 
 
