@@ -90,6 +90,7 @@ def _build(args: argparse.Namespace) -> int:
                    "cached": built.cached, "steps_built": built.steps_built,
                    "layers": [str(p) for p in built.layers], "layer_hashes": list(built.layer_hashes),
                    "workdir": built.workdir, "approximations": list(built.approximations),
+                   "pinned_digests": list(built.pinned_digests),
                    "notes": list(built.notes)}
         if args.json:
             print(json.dumps(out), flush=True)
