@@ -72,7 +72,9 @@ def test_go_and_multi_stage_builds() -> None:
     builder = EnvironmentBuilder()
     go = builder.build(load_task(REAL / "go-reverse-words"))
     assert go.pinned_digests == (GO_PIN,) and go.env["GOPATH"] == "/go"
-    assert "/usr/local/go/bin" in go.env["PATH"] and find(go, "usr/local/go/bin/go") is not None
+    assert "/usr/local/go/bin" in go.env["PATH"] and find(go, "usr/lib/go-1.23/bin/go") is not None
+    link = find(go, "usr/local/go")  # GOROOT where the golang image has it
+    assert link is not None and str(link.readlink()) == "/usr/lib/go-1.23"
     multi = builder.build(load_task(REAL / "multi-stage-go-binary"))
     assert multi.layers[0].name.startswith("debian-bookworm-minbase-")  # the last stage's base
     assert set(multi.pinned_digests) == {SLIM_PIN, GO_PIN}
