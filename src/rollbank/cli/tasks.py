@@ -127,6 +127,9 @@ def _show(rec: Any, args: argparse.Namespace) -> None:
         return
     t = rec.timings
     mark = "PASS" if rec.ok else "FAIL"
+    if rec.format == "-":  # did not load: nothing ran
+        print(f"{mark}  {rec.task_id:32s} {rec.error}", flush=True)
+        return
     print(f"{mark}  {rec.task_id:32s} oracle={_r(rec.oracle_reward)} noop={_r(rec.noop_reward)} "
           f"build={t.get('build_s', 0):.1f}s oracle={t.get('oracle_s', 0):.1f}s "
           f"noop={t.get('noop_s', 0):.1f}s" + (f"\n      {rec.error}" if rec.error else ""),
