@@ -138,10 +138,10 @@ def plan_from(ins: df.Instruction, *, stage_key: str, workdir: str, scope: dict[
             fix_file += f"; {cmd} {arg} \"$t\""
     script = ["set -e"]
     for src in words[:-1]:
-        norm = posixpath.normpath("/" + src)
+        norm = posixpath.normpath("/" + src.lstrip("/"))
         # Globs expand inside the stage; a source matching nothing is an error, as in Docker.
         script.append(f"set -- {FROM}{_glob_quote(norm)}; [ -e \"$1\" ] || [ -L \"$1\" ] || "
-                      f"{{ echo 'COPY --from: {src} not found in the stage' >&2; exit 1; }}")
+                      f"{{ echo {_q(f'COPY --from: {src} not found in the stage')} >&2; exit 1; }}")
         script.append(
             'for s in "$@"; do '
             f'if [ -d "$s" ] && [ ! -L "$s" ]; then mkdir -p {_q(dest)} && cp -a "$s/." {_q(dest + "/")}{fix_dir}; '
