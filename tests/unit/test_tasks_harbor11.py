@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -149,3 +150,29 @@ def test_load_each_reports_every_failure_and_goes_on(tmp_path: Path) -> None:
     assert "no test.sh" in str(failures[0].error)
     assert "no such task folder" in str(failures[1].error)
     assert "duplicate task id" in str(failures[2].error)
+
+
+def test_trial_reward_mean_final_and_unrun_steps() -> None:
+    from rollbank.episodes.verifier import VerifierResult, VerifierStatus
+    from rollbank.tasks.validate_steps import StepsOutcome
+
+    t = load_task(REAL / "multi-step-notes")
+    stopped = StepsOutcome(results=[("01-create", VerifierResult(VerifierStatus.FAIL, 0.5))])
+    assert stopped.trial_reward(t) == 0.25  # the unrun step counts 0
+    both = StepsOutcome(results=[("01-create", VerifierResult(VerifierStatus.PASS, 1.0)),
+                                 ("02-append", VerifierResult(VerifierStatus.FAIL, 0.0))])
+    assert both.trial_reward(t) == 0.5
+    final = dataclasses.replace(t, multi_step_reward_strategy="final")
+    assert both.trial_reward(final) == 0.0
+    setup_only = dataclasses.replace(t, steps=(dataclasses.replace(t.steps[0], contributes_to_mean=False),
+                                               t.steps[1]))
+    assert both.trial_reward(setup_only) == 0.0
+
+
+def test_unknown_strategy_is_refused(tmp_path: Path) -> None:
+    task = copy("multi-step-notes", tmp_path)
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace('"mean"', '"best"', 1))
+    with pytest.raises(TaskError, match="one of") as err:
+        load_task(task)
+    assert err.value.field == "multi_step_reward_strategy"
