@@ -32,6 +32,7 @@ from rollbank.errors import InputError, RollbankError
 from rollbank.sandbox.protocol import Limits, SandboxBackend, SandboxSpec
 from rollbank.tasks.builder import BuiltEnvironment, EnvironmentBuilder
 from rollbank.tasks.model import Task
+from rollbank.tasks.validate_steps import check_steps
 
 
 @dataclass
@@ -128,7 +129,11 @@ async def validate_task(task: Task, backend: SandboxBackend, builder: Environmen
     rec.approximations = list(built.approximations)
     spec = spec_for(task, built)
     try:
-        if task.solution is None:
+        if task.steps:  # multi-step: every step's oracle then tests, in one sandbox
+            t1 = time.monotonic()
+            await check_steps(task, backend, spec, rec)
+            rec.timings["oracle_s"] = round(time.monotonic() - t1, 3)
+        elif task.solution is None:
             rec.error = "task has no oracle solution"
         else:
             t1 = time.monotonic()
@@ -150,7 +155,7 @@ async def validate_task(task: Task, backend: SandboxBackend, builder: Environmen
         t2 = time.monotonic()
         sb = await backend.start(spec)
         try:
-            noop = await run_verifier(sb, task)
+            noop = await run_verifier(sb, task.for_step(0) if task.steps else task)
         finally:
             await sb.close()
         rec.timings["noop_s"] = round(time.monotonic() - t2, 3)
