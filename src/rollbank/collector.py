@@ -161,6 +161,8 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int) -> AsyncI
         tok = load_tokenizer(model_dir)
         clients = {u.rstrip("/"): VLLMClient(u) for u in cfg.urls}
         try:
+            for c in clients.values():  # refuses (WeightVersionError) a server with no version
+                await c.connect()
             yield InferencePlane(dict(clients), tok, _vocab_size(tok), f"external {cfg.urls}")
         finally:
             for c in clients.values():

@@ -113,8 +113,19 @@ class EngineDeadError(InferenceError):
     """The engine behind the server died (HTTP 500 with a dead EngineCore); restart needed."""
 
 
-class RequestAbortedError(InferenceError):
-    """The request was aborted by rollbank (straggler policy, weight update)."""
+class WeightVersionError(InferenceError):
+    """The engine did not say which weight version produced a request's tokens (or said
+    something rollbank cannot map to its integer versions): the tokens cannot be tagged."""
+
+
+class InvalidLogprobError(InferenceError):
+    """A generated token came back with a missing or non-finite behaviour log-prob."""
+
+    def __init__(
+        self, message: str, *, position: int, server: str | None = None, request_id: str | None = None
+    ):
+        self.position = position
+        super().__init__(message, server=server, request_id=request_id)
 
 
 # ---------------------------------------------------------------- verifier boundary (infra)

@@ -87,18 +87,18 @@ async def test_replay_a_real_episode(plane: InferencePlane, tmp_path: Path) -> N
                                out_dir=tmp_path / "run")
     path = sorted((tmp_path / "run" / "episodes").glob("*.json"))[0]
     record = load_episode(path)
-    task = {t.task_id: t for t in tasks}[record["task_id"]]
+    task = {t.task_id: t for t in tasks}[record.task_id]
     backend = LocalBackend(cfg.sandbox.local)
     try:
         report = await replay_episode(
             record, task=task, source=ColdSource(backend, BuilderConfig.model_validate({}),
                                                  rebuild=False),
-            verifier=TaskVerifier(), harness=make_harness(record["harness"]))
+            verifier=TaskVerifier(), harness=make_harness(record.harness or "fenced-shell"))
     finally:
         await backend.aclose()
     d = report.to_dict()
     assert d["task_hash_match"] and d["layer_hashes_match"], d
-    assert d["steps_total"] == len(record["steps"]) > 0
+    assert d["steps_total"] == len(record.steps) > 0
     assert d["reward_recorded"] == d["reward_replayed"], d
     assert d["ok"], d
     assert result.trajectories

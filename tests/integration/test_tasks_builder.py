@@ -120,7 +120,7 @@ def test_build_timeout_is_enforced(builder: EnvironmentBuilder, tmp_path: Path) 
 @pytest.mark.parametrize(
     ("name", "line", "text"),
     [
-        ("multi-stage", 4, "multi-stage"),
+        ("multi-stage", 5, "no earlier stage named .nginx:latest."),
         ("add-url", 2, "URL"),
         ("unknown-flag", 2, "--parents"),
         ("unsupported-base", 1, "alpine"),

@@ -6,6 +6,7 @@ sandboxes, and verifier faults (crash, timeout, missing reward) are provoked for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from rollbank.sandbox.local import LocalBackend
 from rollbank.tasks.builder import EnvironmentBuilder
 from rollbank.tasks.loader import load_task, load_tasks
 from rollbank.tasks.model import Task
-from rollbank.tasks.validate import spec_for, validate_tasks
+from rollbank.tasks.validate import load_baseline, spec_for, validate_task, validate_tasks
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +88,7 @@ def task_with_test(tmp_path: Path, test_sh: str, *, timeout_s: float = 60.0) -> 
 
 
 async def verify(backend: LocalBackend, task: Task, agent: str | None = None) -> VerifierStatus:
-    built = EnvironmentBuilder().build(task)
+    built = await asyncio.to_thread(EnvironmentBuilder().build, task)  # it blocks: off the loop
     sb = await backend.start(spec_for(task, built))
     try:
         if agent is not None:
@@ -120,7 +121,7 @@ async def test_verifier_statuses(backend: LocalBackend, tmp_path: Path, test_sh:
 
 async def test_verifier_timeout_is_infra(backend: LocalBackend, tmp_path: Path) -> None:
     task = task_with_test(tmp_path, "sleep 600\necho 1 > /logs/verifier/reward.txt\n", timeout_s=1.0)
-    built = EnvironmentBuilder().build(task)
+    built = await asyncio.to_thread(EnvironmentBuilder().build, task)  # it blocks: off the loop
     sb = await backend.start(spec_for(task, built))
     try:
         result = await run_verifier(sb, task)
@@ -146,7 +147,7 @@ async def test_agent_symlinked_logs_are_replaced(backend: LocalBackend, tmp_path
 
 async def test_kill_leftovers_stops_a_reward_rewriting_loop(backend: LocalBackend, tmp_path: Path) -> None:
     task = task_with_test(tmp_path, "sleep 1; echo 0 > /logs/verifier/reward.txt; sleep 2\n")
-    built = EnvironmentBuilder().build(task)
+    built = await asyncio.to_thread(EnvironmentBuilder().build, task)  # it blocks: off the loop
     sb = await backend.start(spec_for(task, built))
     try:
         loop = "nohup sh -c 'while true; do echo 1 > /logs/verifier/reward.txt 2>/dev/null; sleep 0.05; done' >/dev/null 2>&1 &"
@@ -156,3 +157,16 @@ async def test_kill_leftovers_stops_a_reward_rewriting_loop(backend: LocalBacken
     finally:
         await sb.close()
     assert result.status is VerifierStatus.FAIL
+
+
+async def test_validate_records_the_verifier_baseline(backend: LocalBackend, tmp_path: Path) -> None:
+    task = task_with_test(tmp_path, "if [ -f /app/solved ]; then echo 1; else echo 0; fi"
+                                    " > /logs/verifier/reward.txt\n", timeout_s=30.0)
+    (task.path / "solution" / "solve.sh").write_text("touch /app/solved\n")
+    task = load_task(task.path)
+    rec = await validate_task(task, backend, EnvironmentBuilder(), baseline_dir=tmp_path / "b")
+    assert rec.ok, rec.to_dict()
+    assert set(rec.verify_timings) == {"oracle_verify_s", "noop_verify_s"}
+    b = load_baseline(task.content_hash, tmp_path / "b")
+    assert b is not None and b.content_hash == task.content_hash
+    assert (b.noop_verify_s, b.verifier_timeout_s) == (rec.verify_timings["noop_verify_s"], 30.0)

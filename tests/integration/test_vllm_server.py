@@ -67,7 +67,8 @@ async def test_token_ids_in_and_out(client: VLLMClient) -> None:
     tok = load_tokenizer(ensure_model("tiny"))
     assert a.text == tok.decode(a.token_ids)
     assert b.cached_prompt_tokens is not None and b.cached_prompt_tokens > 0
-    assert a.timings.total_s > 0 and a.timings.prefill_s is not None
+    assert a.timings.total_s > 0  # the scale-out endpoint reports no queue/prefill split
+    assert client.scale_out is True and a.token_versions == [0] * 24  # engine label "default"
 
 
 async def test_logprobs_are_the_sampling_distribution(client: VLLMClient) -> None:
@@ -177,6 +178,52 @@ async def test_weight_publisher_on_a_real_server(
     await pub.publish(str(base_dir), version=11)
     back = await client.generate(greedy("p2"))
     assert back.token_ids == before.token_ids and back.policy_version == 11
+
+
+async def test_engine_versions_split_a_request_that_spans_a_weight_update(
+    servers: ManagedServers, client: VLLMClient
+) -> None:
+    """pause("keep") mid-request, reload + name a new version, resume: the engine's spans
+    say which tokens came from which version (the client's send-time version would say v0)."""
+    v0 = client.policy_version
+    v1 = v0 + 100
+    req = GenerateRequest("span-1", [11, 12, 13], SamplingParams(max_tokens=300, min_tokens=300))
+    before = (await client.metrics()).generation_tokens
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(client.generate(req))
+        while True:  # until it is decoding
+            if (await client.metrics()).generation_tokens >= before + 8:
+                break
+            await asyncio.sleep(0.05)
+        await client.pause("keep", clear_cache=False)
+        assert not task.done()
+        await servers.reload_weights(str(ensure_model("tiny")), version=v1)
+        await client.resume()
+    r = task.result()
+    assert len(r.token_ids) == len(r.token_versions) == len(r.logprobs) == 300
+    k = r.token_versions.index(v1)
+    assert k >= 8 and r.token_versions == [v0] * k + [v1] * (300 - k)
+    assert r.policy_version == v1 == client.policy_version
+
+
+async def test_a_request_held_by_admission_waits_then_carries_the_new_version(
+    servers: ManagedServers, client: VLLMClient
+) -> None:
+    version = client.policy_version + 1
+    pub = WeightPublisher(servers.clients, pause_mode="wait", on_published=servers.remember_weights)
+    publish = asyncio.create_task(pub.publish(str(ensure_model("tiny")), version=version))
+    await asyncio.sleep(0)  # publish closes the gate before its first await
+    assert not pub.gate.is_open
+    held = asyncio.create_task(client.generate(greedy("held", n=8)))
+    observed_while_closed: list[tuple[int, bool]] = []
+    while not publish.done():
+        if not pub.gate.is_open:
+            observed_while_closed.append((client.inflight, held.done()))
+        await asyncio.sleep(0.01)
+    await publish
+    r = await held
+    assert observed_while_closed and set(observed_while_closed) == {(0, False)}  # nothing sent
+    assert r.token_versions == [version] * 8 and r.policy_version == version
 
 
 async def test_lora_load_generate_unload(client: VLLMClient, tmp_path: Path) -> None:

@@ -1,15 +1,21 @@
-"""Attribution rules: who is to blame for how an episode ended."""
+"""Attribution rules: who is to blame for how an episode ended (pure; experiments as data)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from rollbank.episodes.attribution import (
+    Experiment,
     LoopEnd,
+    Probe,
+    ProbeState,
     VerifierVerdict,
     attribute,
     death_reason,
     destructive_commands,
+    needs_experiment,
 )
 from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.sandbox.protocol import SandboxUsage
@@ -68,35 +74,119 @@ def test_verifiable_end_without_verdict_is_a_bug() -> None:
         attribute(LoopEnd.DONE)
 
 
-def test_sandbox_death_attribution() -> None:
-    assert death_reason(SandboxUsage(1.0, memory_limit_hit=True), [])[0] is Reason.MEMORY_EXCEEDED
-    assert death_reason(SandboxUsage(1.0, pids_limit_hit=True), [])[0] is Reason.PIDS_EXCEEDED
-    assert death_reason(None, ["ls", "rm -rf /"])[0] is Reason.SANDBOX_WRECKED
-    assert death_reason(SandboxUsage(1.0), ["ls -la"])[0] is Reason.SANDBOX_DIED
-    out = attribute(LoopEnd.SANDBOX_DIED, actions=["kill -9 -1"])
-    assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.SANDBOX_WRECKED)
-    out = attribute(LoopEnd.SANDBOX_DIED, actions=["echo hi"])
-    assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.SANDBOX_DIED)
+OK = Probe(ProbeState.OK, 0.01)
+FAILED = Probe(ProbeState.FAILED, 0.01, "exit 127")
+HUNG = Probe(ProbeState.TIMED_OUT, 10.0)
+DEAD = Probe(ProbeState.DEAD)
+TIMEOUT = VerifierVerdict(None, error=Reason.VERIFIER_TIMEOUT, duration_s=60.0)
 
 
-def test_verifier_crash_on_healthy_sandbox_is_infra() -> None:
-    out = attribute(LoopEnd.DONE, verdict=CRASH, actions=["echo hi > out.txt"])
-    assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.VERIFIER_CRASH)
-    out = attribute(LoopEnd.DONE, verdict=VerifierVerdict(None, error=Reason.VERIFIER_TIMEOUT))
-    assert out.reason is Reason.VERIFIER_TIMEOUT
+def exp(episode: Probe | None = OK, pristine: Probe | None = None,
+        pv: VerifierVerdict | None = None, **kw: float) -> Experiment:
+    return Experiment(episode=episode, pristine=pristine, pristine_verdict=pv,
+                      verifier_timeout_s=kw.get("timeout", 60.0),
+                      baseline_verify_s=kw.get("baseline"))
 
 
-def test_verifier_crash_on_wrecked_sandbox_is_the_models_fault() -> None:
-    out = attribute(LoopEnd.DONE, verdict=CRASH, sandbox_healthy=False, actions=["rm -rf /usr"])
-    assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.SANDBOX_WRECKED)
-    # unhealthy with no destructive pattern still means the agent broke it (it was healthy at start)
-    out = attribute(LoopEnd.DONE, verdict=CRASH, sandbox_healthy=False, actions=["echo"])
-    assert out.reason is Reason.SANDBOX_WRECKED
+def test_sandbox_death_is_decided_by_the_pristine_fork() -> None:
+    # regression (issue 8, defect 3): `kill -9 1` etc. matched no pattern -> infra sandbox_died
+    for cmd in ("kill -9 1", "rm -rf /usr/*", "find / -delete", "chmod -R 000 /usr", "echo hi"):
+        out = attribute(LoopEnd.SANDBOX_DIED, actions=[cmd], experiment=exp(DEAD, pristine=OK))
+        assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.SANDBOX_WRECKED), cmd
+        assert "pristine" in out.evidence["attribution"]
+    # the same death when a pristine fork fails too: the host, not the model
+    for broken in (DEAD, HUNG, FAILED):
+        out = attribute(LoopEnd.SANDBOX_DIED, actions=["rm -rf /"],
+                        experiment=exp(DEAD, pristine=broken))
+        assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.SANDBOX_DIED)
+        assert out.evidence["hint_destructive"] == ["rm -rf /"]  # kept, only as a hint
+    # a runtime error while the sandbox still answers, or hangs (a frozen cgroup): unknown
+    for probe in (OK, HUNG):
+        out = attribute(LoopEnd.SANDBOX_DIED, experiment=exp(probe, pristine=OK))
+        assert out.outcome is Outcome.UNKNOWN
+    # no experiment possible: unknown
+    out = attribute(LoopEnd.SANDBOX_DIED, experiment=exp(DEAD, pristine=Probe(ProbeState.NOT_RUN)))
+    assert out.outcome is Outcome.UNKNOWN
+    assert attribute(LoopEnd.SANDBOX_DIED).outcome is Outcome.UNKNOWN
 
 
-def test_unattributable_is_unknown() -> None:
-    out = attribute(LoopEnd.DONE, verdict=CRASH, sandbox_healthy=True, actions=["rm -rf /tests"])
+def test_limit_hits_name_the_reason_when_the_pristine_fork_is_healthy() -> None:
+    e = exp(DEAD, pristine=OK)
+    assert death_reason(SandboxUsage(1.0, memory_limit_hit=True), e)[0] is Reason.MEMORY_EXCEEDED
+    assert death_reason(SandboxUsage(1.0, pids_limit_hit=True), e)[0] is Reason.PIDS_EXCEEDED
+    assert death_reason(SandboxUsage(1.0, memory_limit_hit=True),
+                        exp(DEAD, pristine=DEAD))[0] is Reason.SANDBOX_DIED
+
+
+def test_model_loop_called_by_the_tests_is_the_models_failure() -> None:
+    # regression (issue 8, defect 1): a verifier timeout on a healthy sandbox was infra
+    out = attribute(LoopEnd.DONE, verdict=TIMEOUT, experiment=exp(OK, pv=FAIL))
+    assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.VERIFIER_TIMEOUT_MODEL_CAUSED)
+    assert out.evidence["experiment"]["pristine_verify"]["error"] is None
+    assert out.evidence["verifier_error"] == "verifier_timeout"
+
+
+def test_deleted_interpreter_is_the_models_failure() -> None:
+    # regression (issue 8, defect 1): exit 127 without a reward was infra verifier_crash
+    for pristine in (PASS, FAIL):
+        out = attribute(LoopEnd.DONE, verdict=CRASH, actions=["rm -rf /usr/lib/python3*"],
+                        experiment=exp(OK, pv=pristine))
+        assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.VERIFIER_BROKEN_BY_MODEL)
+    no_reward = VerifierVerdict(None, error=Reason.VERIFIER_NO_REWARD)
+    out = attribute(LoopEnd.DONE, verdict=no_reward, experiment=exp(OK, pv=FAIL))
+    assert out.reason is Reason.VERIFIER_BROKEN_BY_MODEL
+
+
+def test_verifier_failing_the_same_way_on_pristine_is_infra() -> None:
+    for v in (CRASH, TIMEOUT, VerifierVerdict(None, error=Reason.VERIFIER_NO_REWARD)):
+        assert v.error is not None
+        out = attribute(LoopEnd.DONE, verdict=v, actions=["rm -rf /"], experiment=exp(OK, pv=v))
+        assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, v.error)
+
+
+def test_verifier_error_with_a_broken_episode_sandbox_is_wrecked() -> None:
+    for probe in (FAILED, DEAD):
+        out = attribute(LoopEnd.DONE, verdict=CRASH, experiment=exp(probe, pv=FAIL))
+        assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.SANDBOX_WRECKED)
+
+
+@pytest.mark.parametrize(
+    ("experiment", "why"),
+    [
+        (None, "no experiment"),
+        (Experiment(episode=OK, pristine_error="pristine fork: SandboxStartError"), "could not run"),
+        (exp(OK, pv=CRASH), "differently"),  # timeout here, crash there
+        (exp(HUNG, pv=FAIL), "does not answer"),  # a frozen sandbox or the model's hang
+        (exp(OK, pv=replace(FAIL, duration_s=40.0)), "too slow"),  # >= half the timeout
+        (exp(OK, pv=replace(FAIL, duration_s=9.0), baseline=1.0), "too slow"),  # 9x validate
+    ],
+)
+def test_disagreeing_or_missing_experiments_are_unknown(experiment: Experiment | None,
+                                                         why: str) -> None:
+    out = attribute(LoopEnd.DONE, verdict=TIMEOUT, experiment=experiment)
     assert (out.outcome, out.reason) == (Outcome.UNKNOWN, Reason.UNATTRIBUTED)
+    assert why in out.evidence["attribution"]
+
+
+def test_a_fast_pristine_within_the_baseline_is_judged() -> None:
+    out = attribute(LoopEnd.DONE, verdict=TIMEOUT,
+                    experiment=exp(OK, pv=replace(FAIL, duration_s=3.0), baseline=1.0))
+    assert out.reason is Reason.VERIFIER_TIMEOUT_MODEL_CAUSED
+    assert out.evidence["experiment"]["baseline_verify_s"] == 1.0
+
+
+def test_step_timeout_with_a_stalled_sandbox() -> None:
+    # the sandbox answers after the timeout: the model's slow command, verified as usual
+    assert attribute(LoopEnd.STEP_TIMEOUT, verdict=FAIL, experiment=exp(OK)).reason \
+        is Reason.STEP_TIMEOUT
+    # neither the episode's nor a pristine sandbox answers: the host stalled
+    out = attribute(LoopEnd.STEP_TIMEOUT, experiment=exp(HUNG, pristine=HUNG))
+    assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.HOST_STALLED)
+    # only the episode's sandbox hangs: cannot tell the model's state from a local stall
+    out = attribute(LoopEnd.BUDGET, experiment=exp(HUNG, pristine=OK))
+    assert out.outcome is Outcome.UNKNOWN
+    assert needs_experiment(LoopEnd.DONE, CRASH) and not needs_experiment(LoopEnd.DONE, FAIL)
+    assert needs_experiment(LoopEnd.SANDBOX_DIED, None)
 
 
 @pytest.mark.parametrize(
@@ -107,6 +197,13 @@ def test_unattributable_is_unknown() -> None:
         ("sudo rm -fr /*", True),
         (":(){ :|:& };:", True),
         ("kill -9 -1", True),
+        ("kill -9 1", True),
+        ("rm -rf /usr/*", True),
+        ("rm -rf /usr/lib/python3*", True),
+        ("find / -delete", True),
+        ("chmod -R 000 /usr", True),
+        ("rm -rf /tmp/build", False),
+        ("kill -9 12345", False),
         ("rm -rf build/", False),
         ("rm -rf ./tmp", False),
         ("ls /", False),

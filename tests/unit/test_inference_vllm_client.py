@@ -75,17 +75,26 @@ vllm:prefix_cache_queries_created{engine="0",model_name="tiny"} 1.7e9
 
 
 class Recorder:
-    """A MockTransport handler that records requests and answers from a function."""
+    """A MockTransport handler that records requests and answers from a function.
 
-    def __init__(self, answer: Handler) -> None:
+    ``GET /weight_info`` (the engine's version, read around every ``/v1/completions``
+    request) is answered with ``weight_version`` and not recorded, unless that is None.
+    Clients speak the completions API (``scale_out=False``) unless told otherwise.
+    """
+
+    def __init__(self, answer: Handler, *, weight_version: str | None = "default") -> None:
         self.answer = answer
+        self.weight_version = weight_version
         self.requests: list[httpx.Request] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/weight_info" and self.weight_version is not None:
+            return httpx.Response(200, json={"weight_version": self.weight_version})
         self.requests.append(request)
         return self.answer(request)
 
     def client(self, **kw: object) -> VLLMClient:
+        kw.setdefault("scale_out", False)
         return VLLMClient("http://srv:8000", transport=httpx.MockTransport(self), **kw)  # type: ignore[arg-type]
 
 
@@ -94,8 +103,8 @@ def req(**sampling: object) -> GenerateRequest:
 
 
 async def test_generate_sends_token_ids_and_parses_everything() -> None:
-    rec = Recorder(lambda r: httpx.Response(200, json=COMPLETION))
-    client: InferenceClient = rec.client(policy_version=4)
+    rec = Recorder(lambda r: httpx.Response(200, json=COMPLETION), weight_version="4")
+    client: InferenceClient = rec.client()
     res = await client.generate(req(max_tokens=3, temperature=0.7, stop=("\nTask:",), stop_token_ids=(2,)))
     sent = rec.requests[0]
     body = json.loads(sent.content)
@@ -110,6 +119,7 @@ async def test_generate_sends_token_ids_and_parses_everything() -> None:
     assert res.finish_reason == "length" and res.text == " loggerconstexist"
     assert res.prompt_tokens == 3 and res.cached_prompt_tokens == 0
     assert res.policy_version == 4 and res.server == "http://srv:8000"
+    assert res.token_versions == [4, 4, 4]  # read from the engine (/weight_info), not the client
     assert res.timings.queue_s == pytest.approx(0.0005)
     assert res.timings.prefill_s == pytest.approx(0.0075)
     assert res.timings.decode_s == pytest.approx(0.014)
@@ -232,13 +242,14 @@ async def test_control_plane_requests() -> None:
     await c.unload_lora("ad")
     m = await c.metrics()
     seen = [(r.method, r.url.path, dict(r.url.params), json.loads(r.content) if r.content else None) for r in rec.requests]
-    assert seen[:8] == [
+    assert seen[:9] == [
         ("POST", "/abort_requests", {}, {"request_ids": ["cmpl-r9-0"]}),
         ("POST", "/pause", {"mode": "keep", "clear_cache": "false"}, None),
         ("GET", "/is_paused", {}, None),
         ("POST", "/resume", {}, None),
         ("POST", "/reset_prefix_cache", {}, None),
         ("POST", "/collective_rpc", {}, {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/7"}}),
+        ("POST", "/update_weight_version", {}, {"new_version": "7"}),
         ("POST", "/v1/load_lora_adapter", {}, {"lora_name": "ad", "lora_path": "/loras/ad"}),
         ("POST", "/v1/unload_lora_adapter", {}, {"lora_name": "ad"}),
     ]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from episode_rig import FileVerifier, fake_spec, make_task, script
@@ -105,3 +107,56 @@ def test_load_episode_rejects_bad_files(tmp_path: Path) -> None:
     bad.write_text('{"schema": "other"}')
     with pytest.raises(InputError, match="schema"):
         load_episode(bad)
+
+
+async def test_a_well_tagged_file_with_a_missing_or_bad_key_names_the_field(tmp_path: Path) -> None:
+    # regression (issue 9): the right schema tag and a missing key gave a KeyError traceback
+    path = await _record(tmp_path, SOLVE, "DONE")
+    rec = json.loads(path.read_text())
+    def drop(*keys: str | int) -> Callable[[dict[str, Any]], object]:
+        def f(r: dict[str, Any]) -> object:
+            target: Any = r
+            for k in keys[:-1]:
+                target = target[k]
+            return target.pop(keys[-1])
+        return f
+
+    def put(value: object, *keys: str | int) -> Callable[[dict[str, Any]], object]:
+        def f(r: dict[str, Any]) -> object:
+            target: Any = r
+            for k in keys[:-1]:
+                target = target[k]
+            target[keys[-1]] = value
+            return None
+        return f
+
+    cases: list[tuple[Callable[[dict[str, Any]], object], str]] = [
+        (drop("trajectory_id"), "trajectory_id"),
+        (drop("steps", 0, "model_text"), "steps.0.model_text"),
+        (put("first", "steps", 0, "index"), "steps.0.index"),
+        (put("bored", "outcome", "reason"), "outcome.reason"),
+        (put("infra_failure", "outcome", "outcome"), "outcome.reason"),  # reason/outcome mismatch
+        (put(-1, "runner", "step_timeout_s"), "runner.step_timeout_s"),
+    ]
+    for mutate, field in cases:
+        broken = json.loads(json.dumps(rec))
+        mutate(broken)
+        path.write_text(json.dumps(broken))
+        with pytest.raises(InputError) as info:
+            load_episode(path)
+        assert info.value.field == field and info.value.file == str(path)
+
+
+async def test_replay_decides_the_outcome_again(tmp_path: Path) -> None:
+    path = await _record(tmp_path, SOLVE, "DONE")
+    report = await _replay(path)
+    assert report["outcome_recorded"] == {"outcome": "model_success", "reason": "verified_pass",
+                                          "reward": 1.0}
+    assert report["outcome_replayed"] == report["outcome_recorded"]
+    assert report["outcome_match"] is True
+    # a recorded infra verdict that the replay does not reproduce is reported, not hidden
+    rec = json.loads(path.read_text())
+    rec["outcome"].update(outcome="infra_failure", reason="verifier_crash")
+    path.write_text(json.dumps(rec))
+    report = await _replay(path)
+    assert report["outcome_match"] is False and report["ok"] is False

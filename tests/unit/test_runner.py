@@ -120,12 +120,19 @@ async def test_sandbox_killed_by_the_model_is_a_model_failure() -> None:
                                                       Reason.SANDBOX_WRECKED)
 
 
-async def test_sandbox_dying_without_model_cause_is_infra() -> None:
-    backend = FakeBackend(handlers={"compute": _wreck}, files={"/app/.keep": b""})
+def _host_dies(sb: FakeSandbox, args: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+    sb.closed = True
+    sb.backend.fail_starts = 1  # the host is broken: a pristine fork cannot start either
+    return 137, b"", b""
+
+
+async def test_sandbox_dying_with_a_broken_host_is_infra() -> None:
+    backend = FakeBackend(handlers={"compute": _host_dies}, files={"/app/.keep": b""})
     async with rig(script("```bash\ncompute --fast\n```\n"), backend=backend) as r:
         t = await r.run()
     assert t.outcome is not None
     assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE, Reason.SANDBOX_DIED)
+    assert t.outcome.evidence["experiment"]["pristine_probe"]["state"] == "dead"
 
 
 async def test_context_exhaustion_is_the_models_failure() -> None:
@@ -173,3 +180,25 @@ def test_runner_refuses_router_servers_without_clients() -> None:
                       harness=FencedShellHarness(), tokenizer=TOK, clients={},
                       router=make_router("round_robin", ["a"], FakeClock()))
     assert clients
+
+
+async def test_a_host_stall_is_not_billed_to_the_models_step_timeout_or_budget() -> None:
+    clock = FakeClock()  # every command is stalled 50 s by the host, far past both limits
+    backend = FakeBackend(clock, files={"/app/.keep": b""}, stall_s=50.0)
+    async with rig(script("```bash\nsleep 1\n```\n"), backend=backend, step_timeout_s=5,
+                   episode_budget_s=10, max_turns=3, step_timeout_ends_episode=True) as r:
+        t = await r.run()
+    assert t.outcome is not None
+    assert t.outcome.reason is Reason.MAX_TURNS and len(t.steps) == 3
+    assert not any(s.timed_out for s in t.steps)
+
+
+async def test_a_host_stall_beyond_the_cap_is_infra_not_a_timeout() -> None:
+    clock = FakeClock()
+    backend = FakeBackend(clock, files={"/app/.keep": b""}, stall_s=50.0, max_host_stall_s=20.0)
+    async with rig(script("```bash\nsleep 1\n```\n"), backend=backend, step_timeout_s=5,
+                   step_timeout_ends_episode=True) as r:
+        t = await r.run()
+    assert t.outcome is not None
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE, Reason.HOST_ERROR)
+    assert t.outcome.evidence["host_stalled"] is True

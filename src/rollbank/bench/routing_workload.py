@@ -332,4 +332,7 @@ def session_key(by: str) -> Callable[[str], str]:
 
 
 def peer_client(url: str, model: str, by: str) -> VLLMClient:
-    return VLLMClient(url, model=model, transport=SessionHeaderTransport(session_key(by)))
+    # Behind vllm-router: no /openapi.json or /weight_info to read, and versions do not matter
+    # to a routing benchmark, so completions with the client's own version.
+    return VLLMClient(url, model=model, transport=SessionHeaderTransport(session_key(by)),
+                      scale_out=False, versions_from_engine=False)

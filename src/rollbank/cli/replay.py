@@ -3,7 +3,10 @@
 Loads the task from the folder recorded in the episode file (its content hash is compared),
 builds its environment (cached), starts a fresh local sandbox, replays every recorded model
 turn through the same harness and runner limits, runs the verifier, and reports per step
-whether the observation matches and whether the reward matches. Exit code 0 only if all do.
+whether the observation matches and whether the reward matches, and decides the outcome
+again with the same counterfactual probes as the collection (a probe of the replayed
+sandbox, a re-verify on a fresh pristine sandbox on error paths), printed beside the recorded
+one. Exit code 0 only if all match (observations, reward, outcome and reason).
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ async def _replay(episode: Path, task_dir: Path | None) -> dict[str, Any]:
     from rollbank.tasks.loader import load_task
 
     record = load_episode(episode)
-    task = load_task(task_dir or Path(record["task_path"]))
+    task = load_task(task_dir or Path(record.task_path))
     backend = LocalBackend(LocalSandboxConfig())
     try:
         report = await replay_episode(
             record, task=task, source=ColdSource(backend, BuilderConfig.model_validate({}), rebuild=False),
-            verifier=TaskVerifier(), harness=make_harness(record.get("harness") or "fenced-shell"))
+            verifier=TaskVerifier(), harness=make_harness(record.harness or "fenced-shell"))
     finally:
         await backend.aclose()
     return report.to_dict()
@@ -62,6 +65,12 @@ def run(args: argparse.Namespace) -> int:
               f"{report['steps_matched']}/{report['steps_total']} observations match, "
               f"reward recorded {report['reward_recorded']} replayed {report['reward_replayed']}"
               f" -> {'MATCH' if report['ok'] else 'MISMATCH'}")
+        rec, rep = report["outcome_recorded"] or {}, report["outcome_replayed"] or {}
+        print(f"  outcome recorded {rec.get('outcome')}/{rec.get('reason')}"
+              f"  replayed {rep.get('outcome')}/{rep.get('reason')}"
+              f" -> {'same verdict' if report['outcome_match'] else 'DIFFERENT verdict'}")
+        if rep.get("attribution"):
+            print(f"  replayed attribution: {rep['attribution']}")
         if not report["task_hash_match"]:
             print("  the task folder changed since the episode (content hash differs)")
         if report["first_mismatch"]:

@@ -1,8 +1,10 @@
 """`rollbank tasks list|build|validate PATH...` — thin front end over rollbank.tasks.
 
 PATH is a task folder, a folder of task folders, or a built-in suite name (``terminal-lite``).
-``validate`` exits 0 only if every task's oracle scores 1 and its no-op agent does not;
-``--json`` prints one JSON object per task (one per line) as each finishes. Heavy imports are
+``validate`` reports every task — a task that fails to load is reported (FAIL, with the file
+and field at fault) and the others are still validated — and exits 0 only if every task loaded,
+its oracle scored 1 and its no-op agent did not (1 otherwise); ``--json`` prints one JSON
+object per task (one per line) as each finishes. Heavy imports are
 inside the handlers so ``rollbank --help`` stays instant.
 """
 
@@ -88,6 +90,7 @@ def _build(args: argparse.Namespace) -> int:
                    "cached": built.cached, "steps_built": built.steps_built,
                    "layers": [str(p) for p in built.layers], "layer_hashes": list(built.layer_hashes),
                    "workdir": built.workdir, "approximations": list(built.approximations),
+                   "pinned_digests": list(built.pinned_digests),
                    "notes": list(built.notes)}
         if args.json:
             print(json.dumps(out), flush=True)
@@ -102,28 +105,45 @@ def _build(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     import asyncio
 
-    tasks = _load(args.paths)
-    if tasks is None:
-        return 2
-    return asyncio.run(_validate_async(tasks, args))
+    from rollbank.tasks.loader import LoadFailure, load_each
+    from rollbank.tasks.validate import Validation
+
+    entries = load_each(args.paths)
+    failures = [e for e in entries if isinstance(e, LoadFailure)]
+    tasks = [e for e in entries if not isinstance(e, LoadFailure)]
+    for f in failures:
+        rec = Validation(f.task_id, str(f.path), "-", "", error=f"load failed: {f.error}")
+        _show(rec, args)
+    if not tasks:
+        if not args.json:
+            print(f"0/{len(failures)} tasks passed; failed: {', '.join(f.task_id for f in failures)}")
+        return 1
+    return asyncio.run(_validate_async(tasks, args, [f.task_id for f in failures]))
 
 
-async def _validate_async(tasks: list[Any], args: argparse.Namespace) -> int:
+def _show(rec: Any, args: argparse.Namespace) -> None:
+    if args.json:
+        print(json.dumps(rec.to_dict()), flush=True)
+        return
+    t = rec.timings
+    mark = "PASS" if rec.ok else "FAIL"
+    if rec.format == "-":  # did not load: nothing ran
+        print(f"{mark}  {rec.task_id:32s} {rec.error}", flush=True)
+        return
+    print(f"{mark}  {rec.task_id:32s} oracle={_r(rec.oracle_reward)} noop={_r(rec.noop_reward)} "
+          f"build={t.get('build_s', 0):.1f}s oracle={t.get('oracle_s', 0):.1f}s "
+          f"noop={t.get('noop_s', 0):.1f}s" + (f"\n      {rec.error}" if rec.error else ""),
+          flush=True)
+
+
+async def _validate_async(tasks: list[Any], args: argparse.Namespace, load_failed: list[str]) -> int:
     from rollbank.errors import IsolationUnavailableError
     from rollbank.sandbox.local import LocalBackend
     from rollbank.tasks.builder import EnvironmentBuilder
     from rollbank.tasks.validate import Validation, validate_tasks
 
     def show(rec: Validation) -> None:
-        if args.json:
-            print(json.dumps(rec.to_dict()), flush=True)
-            return
-        t = rec.timings
-        mark = "PASS" if rec.ok else "FAIL"
-        print(f"{mark}  {rec.task_id:32s} oracle={_r(rec.oracle_reward)} noop={_r(rec.noop_reward)} "
-              f"build={t.get('build_s', 0):.1f}s oracle={t.get('oracle_s', 0):.1f}s "
-              f"noop={t.get('noop_s', 0):.1f}s" + (f"\n      {rec.error}" if rec.error else ""),
-              flush=True)
+        _show(rec, args)
 
     try:
         async with LocalBackend() as backend:
@@ -132,9 +152,10 @@ async def _validate_async(tasks: list[Any], args: argparse.Namespace) -> int:
     except IsolationUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    failed = [r.task_id for r in results if not r.ok]
+    failed = load_failed + [r.task_id for r in results if not r.ok]
+    total = len(results) + len(load_failed)
     if not args.json:
-        print(f"{len(results) - len(failed)}/{len(results)} tasks passed"
+        print(f"{total - len(failed)}/{total} tasks passed"
               + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 0 if not failed else 1
 

@@ -92,7 +92,7 @@ class Conversation:
         return ids
 
     def append_model(
-        self, token_ids: Sequence[int], logprobs: Sequence[float], policy_version: int
+        self, token_ids: Sequence[int], logprobs: Sequence[float], policy_version: int | Sequence[int]
     ) -> None:
         """Record one model turn exactly as generated (stop-string tokens included)."""
         self._require_started()
@@ -106,7 +106,7 @@ class Conversation:
 
     def append_result(self, result: GenerateResult) -> None:
         """Record a server's answer (tokens, behaviour log-probs, weight version)."""
-        self.append_model(result.token_ids, result.logprobs, result.policy_version)
+        self.append_model(result.token_ids, result.logprobs, result.token_versions)
 
     def append_observation(self, text: str) -> list[int]:
         """Tokenise environment text on its own (see the module docstring) and append it."""

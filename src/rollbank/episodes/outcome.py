@@ -41,6 +41,10 @@ class Reason(StrEnum):
     SANDBOX_WRECKED = "sandbox_wrecked"  # the model broke its own sandbox (rm -rf /, ...)
     MEMORY_EXCEEDED = "memory_exceeded"  # the model's processes hit the memory limit
     PIDS_EXCEEDED = "pids_exceeded"  # fork bomb contained by the process limit
+    # decided by experiment (episodes/counterfactual.py): the verifier failed on the model's
+    # state while a fresh fork of the pristine snapshot verified normally
+    VERIFIER_TIMEOUT_MODEL_CAUSED = "verifier_timeout_model_caused"  # e.g. tests call its loop
+    VERIFIER_BROKEN_BY_MODEL = "verifier_broken_by_model"  # crash / no reward (pytest removed...)
     # infra_failure
     SANDBOX_START_FAILED = "sandbox_start_failed"
     SANDBOX_DIED = "sandbox_died"
@@ -51,6 +55,7 @@ class Reason(StrEnum):
     VERIFIER_NO_REWARD = "verifier_no_reward"
     HOST_ERROR = "host_error"
     ABORTED = "aborted"  # rollbank itself aborted the attempt (straggler policy)
+    HOST_STALLED = "host_stalled"  # episode and pristine sandboxes both failed to answer a probe
     # unknown
     UNATTRIBUTED = "unattributed"
 
@@ -65,6 +70,8 @@ REASON_OUTCOME: dict[Reason, Outcome] = {
     Reason.SANDBOX_WRECKED: Outcome.MODEL_FAILURE,
     Reason.MEMORY_EXCEEDED: Outcome.MODEL_FAILURE,
     Reason.PIDS_EXCEEDED: Outcome.MODEL_FAILURE,
+    Reason.VERIFIER_TIMEOUT_MODEL_CAUSED: Outcome.MODEL_FAILURE,
+    Reason.VERIFIER_BROKEN_BY_MODEL: Outcome.MODEL_FAILURE,
     Reason.SANDBOX_START_FAILED: Outcome.INFRA_FAILURE,
     Reason.SANDBOX_DIED: Outcome.INFRA_FAILURE,
     Reason.ENV_BUILD_FAILED: Outcome.INFRA_FAILURE,
@@ -74,6 +81,7 @@ REASON_OUTCOME: dict[Reason, Outcome] = {
     Reason.VERIFIER_NO_REWARD: Outcome.INFRA_FAILURE,
     Reason.HOST_ERROR: Outcome.INFRA_FAILURE,
     Reason.ABORTED: Outcome.INFRA_FAILURE,
+    Reason.HOST_STALLED: Outcome.INFRA_FAILURE,
     Reason.UNATTRIBUTED: Outcome.UNKNOWN,
 }
 

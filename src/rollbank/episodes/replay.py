@@ -9,7 +9,12 @@ observation fed back, the tokens, timings and the outcome.
 same kind of source, through the same :class:`~rollbank.episodes.tools.ToolExecutor` and
 harness, then runs the verifier; it reports, step by step, whether each observation matches
 and whether the reward matches. It never calls a model: the model's text is replayed as
-recorded.
+recorded. It then decides the replayed episode's outcome again, with the same counterfactual
+experiment as the runner (``episodes/counterfactual.py``: probes, a pristine re-verify), and
+reports it beside the recorded one: reproducing an episode includes reproducing its verdict.
+
+Episode files are typed (``episodes/episode_file.py``): a malformed one is an
+:class:`~rollbank.errors.InputError` naming the file and the field.
 
 Invariants
 - Writing an episode file never raises into the runner (an I/O error is reported on stderr
@@ -27,9 +32,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollbank.episodes.attribution import VERIFIABLE, LoopEnd, VerifierVerdict
+from rollbank.episodes.attribution import (
+    TIMED_OUT_ENDS,
+    VERIFIABLE,
+    Experiment,
+    LoopEnd,
+    VerifierVerdict,
+    attribute,
+    needs_experiment,
+    stalled,
+)
+from rollbank.episodes.counterfactual import Counterfactual
+from rollbank.episodes.episode_file import SCHEMA, EpisodeFile, StepEntry, parse_episode
 from rollbank.episodes.harnesses import ActionKind, Harness
-from rollbank.episodes.outcome import Reason
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.tools import ToolExecutor
 from rollbank.episodes.trajectory import Trajectory
@@ -37,7 +53,8 @@ from rollbank.errors import InputError, SandboxError, VerifierError
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import Task
 
-SCHEMA = "rollbank.episode/1"
+__all__ = ["SCHEMA", "EpisodeFile", "EpisodeRecorder", "ReplayReport", "load_episode",
+           "replay_episode", "write_episode"]
 
 
 def episode_filename(trajectory_id: str) -> str:
@@ -86,17 +103,17 @@ def write_episode(path: Path, record: dict[str, Any]) -> Path:
     return path
 
 
-def load_episode(path: Path) -> dict[str, Any]:
+def load_episode(path: Path) -> EpisodeFile:
+    """Read and validate an episode file (typed; errors name the file and field)."""
     try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise InputError("episode file not found", file=path) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", file=path) from exc
     except json.JSONDecodeError as exc:
         raise InputError(f"not JSON: {exc}", file=path) from exc
-    if data.get("schema") != SCHEMA:
-        raise InputError(f"unknown schema {data.get('schema')!r} (expected {SCHEMA})",
-                         file=path, field="schema")
-    return data
+    return parse_episode(data, file=path)
 
 
 class EpisodeRecorder:
@@ -136,6 +153,8 @@ class ReplayReport:
     reward_recorded: float | None = None
     reward_replayed: float | None = None
     verifier_error: str | None = None
+    outcome_recorded: dict[str, Any] | None = None
+    outcome_replayed: dict[str, Any] | None = None
     error: str | None = None
 
     @property
@@ -147,14 +166,20 @@ class ReplayReport:
         return self.reward_recorded == self.reward_replayed
 
     @property
+    def outcome_match(self) -> bool:
+        """Same outcome and reason as recorded (the verdict reproduced)."""
+        a, b = self.outcome_recorded or {}, self.outcome_replayed or {}
+        return (a.get("outcome"), a.get("reason")) == (b.get("outcome"), b.get("reason"))
+
+    @property
     def ok(self) -> bool:
         return (self.error is None and self.task_hash_match and self.observations_match
-                and self.reward_match)
+                and self.reward_match and self.outcome_match)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(observations_match=self.observations_match, reward_match=self.reward_match,
-                 ok=self.ok, steps_total=len(self.steps),
+                 outcome_match=self.outcome_match, ok=self.ok, steps_total=len(self.steps),
                  steps_matched=sum(s.matched for s in self.steps))
         first = next((s for s in self.steps if not s.matched), None)
         d["first_mismatch"] = asdict(first) if first else None
@@ -163,59 +188,103 @@ class ReplayReport:
 
 
 async def replay_episode(
-    record: Mapping[str, Any],
+    record: EpisodeFile,
     *,
     task: Task,
     source: SandboxSource,
     verifier: Verifier,
     harness: Harness,
+    counterfactual: Counterfactual | None = None,
 ) -> ReplayReport:
-    """Re-run the recorded actions in a fresh sandbox; compare observations and reward."""
-    outcome = record.get("outcome") or {}
-    runner = record.get("runner") or {}
+    """Re-run the recorded actions in a fresh sandbox; compare observations, reward, verdict."""
+    outcome = record.outcome
+    runner = record.runner
     report = ReplayReport(
-        episode=str(record["trajectory_id"]), task_id=task.task_id,
-        task_hash_match=task.content_hash == record.get("task_hash"), layer_hashes_match=None,
-        reward_recorded=outcome.get("reward"),
+        episode=record.trajectory_id, task_id=task.task_id,
+        task_hash_match=task.content_hash == record.task_hash, layer_hashes_match=None,
+        reward_recorded=outcome.reward if outcome else None,
+        outcome_recorded=_brief(outcome.to_outcome()) if outcome else None,
     )
+    judge = counterfactual or Counterfactual(source, verifier,
+                                             probe_timeout_s=runner.health_probe_timeout_s)
     try:
         acq = await source.acquire(task, budget_s=None)
     except (SandboxError, InputError) as exc:
         report.error = f"sandbox: {type(exc).__name__}: {exc}"
         return report
-    report.layer_hashes_match = list(acq.layer_hashes) == list(record.get("layer_hashes", []))
-    executor = ToolExecutor(acq.sandbox, step_timeout_s=float(runner.get("step_timeout_s", 30.0)),
-                            use_shell=bool(runner.get("use_shell", True)),
-                            workdir=record.get("workdir") or acq.workdir,
-                            budget_s=runner.get("episode_budget_s") or task.agent_timeout_s)
+    report.layer_hashes_match = list(acq.layer_hashes) == list(record.layer_hashes)
+    executor = ToolExecutor(acq.sandbox, step_timeout_s=runner.step_timeout_s,
+                            use_shell=runner.use_shell, workdir=record.workdir or acq.workdir,
+                            budget_s=runner.episode_budget_s or task.agent_timeout_s)
+    recorded_end = outcome.loop_end if outcome else None
+    end = LoopEnd(recorded_end) if recorded_end in set(LoopEnd) else None
+    evidence: dict[str, Any] = {"replay": True}
     try:
-        for step in record.get("steps", []):
+        for step in record.steps:
             report.steps.append(await _replay_step(step, harness, executor))
-        end = (outcome.get("evidence") or {}).get("loop_end")
-        if end is not None and LoopEnd(end) in VERIFIABLE:
+        if not acq.sandbox.alive and end is not None and end in VERIFIABLE:
+            end = LoopEnd.SANDBOX_DIED
+        if end is not None and end in VERIFIABLE:
             await executor.close()
-            verdict = await _verify(verifier, acq.sandbox, task)
-            report.reward_replayed = verdict.reward
-            report.verifier_error = verdict.error.value if verdict.error else None
     except SandboxError as exc:
         report.error = f"sandbox died during replay: {exc}"
+        end, evidence = LoopEnd.SANDBOX_DIED, {"replay": True, "error": str(exc)}
+    try:
+        if end is not None:
+            decided = await _decide(judge, end, evidence, record, task, acq.sandbox, verifier)
+            report.outcome_replayed = _brief(decided)
+            if end in VERIFIABLE:
+                report.reward_replayed = decided.reward
+                err = decided.evidence.get("verifier_error")
+                report.verifier_error = err if isinstance(err, str) else None
     finally:
         await executor.close()
         await acq.sandbox.close()
     return report
 
 
-async def _replay_step(step: Mapping[str, Any], harness: Harness, executor: ToolExecutor) -> StepReplay:
-    action = harness.parse(str(step["model_text"]))
-    recorded = str(step.get("observation", ""))
+async def _decide(judge: Counterfactual, end: LoopEnd, evidence: dict[str, Any],
+                  record: EpisodeFile, task: Task, sandbox: Sandbox,
+                  verifier: Verifier) -> EpisodeOutcome:
+    """The runner's verification and attribution path, on the replayed sandbox."""
+    verdict: VerifierVerdict | None = None
+    exp: Experiment | None = None
+    if end in TIMED_OUT_ENDS:
+        exp = await judge.after_step_timeout(sandbox, task)
+    if end in VERIFIABLE and not stalled(exp):
+        try:
+            verdict = await _verify(verifier, sandbox, task)
+        except SandboxError as exc:
+            end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": str(exc)}
+    if needs_experiment(end, verdict):
+        exp = await judge.after_error(end, verdict, sandbox, task)
+    try:
+        usage = sandbox.usage()
+    except Exception:  # a dead runtime may not report usage
+        usage = None
+    return attribute(end, verdict=verdict, usage=usage, actions=[s.action for s in record.steps],
+                     evidence=evidence, experiment=exp)
+
+
+def _brief(o: EpisodeOutcome) -> dict[str, Any]:
+    d: dict[str, Any] = {"outcome": o.outcome.value, "reason": o.reason.value, "reward": o.reward}
+    for key in ("attribution", "experiment", "verifier_error", "hint_destructive"):
+        if key in o.evidence:
+            d[key] = o.evidence[key]
+    return d
+
+
+async def _replay_step(step: StepEntry, harness: Harness, executor: ToolExecutor) -> StepReplay:
+    action = harness.parse(step.model_text)
+    recorded = step.observation
     if action.kind is ActionKind.MALFORMED:
         got = action.observation or ""
     elif action.commands:
         got = harness.format_observation(await executor.run(action.commands))
     else:
         got = ""
-    return StepReplay(int(step["index"]), action.command_text,
-                      got == recorded and action.command_text == step.get("action"), recorded, got)
+    return StepReplay(step.index, action.command_text,
+                      got == recorded and action.command_text == step.action, recorded, got)
 
 
 async def _verify(verifier: Verifier, sandbox: Sandbox, task: Task) -> VerifierVerdict:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import traceback
 from collections.abc import Mapping
@@ -38,11 +39,22 @@ from pydantic import Field
 
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.config import Section
-from rollbank.episodes.attribution import VERIFIABLE, LoopEnd, VerifierVerdict, attribute
+from rollbank.episodes.attribution import (
+    TIMED_OUT_ENDS,
+    VERIFIABLE,
+    Experiment,
+    LoopEnd,
+    VerifierVerdict,
+    attribute,
+    needs_experiment,
+    stalled,
+)
+from rollbank.episodes.billing import step_bill
 from rollbank.episodes.conversation import Conversation
+from rollbank.episodes.counterfactual import Counterfactual
 from rollbank.episodes.harnesses import ActionKind, Harness
 from rollbank.episodes.limiter import PriorityLimiter
-from rollbank.episodes.outcome import Reason
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.spans import Span, add_span
 from rollbank.episodes.tools import ToolExecutor
@@ -51,7 +63,6 @@ from rollbank.episodes.workload import EpisodePlan, TraceWorkload
 from rollbank.errors import (
     BuildError,
     InferenceError,
-    RequestAbortedError,
     SandboxError,
     VerifierError,
     VerifierTimeoutError,
@@ -62,6 +73,7 @@ from rollbank.sandbox.protocol import Sandbox, SandboxUsage
 from rollbank.scheduling.types import AttemptKey, AttemptSpec
 from rollbank.tasks.model import Task
 
+log = logging.getLogger(__name__)
 
 class RunnerConfig(Section):
     """Limits of one episode."""
@@ -93,8 +105,8 @@ class RunnerConfig(Section):
         "cores makes each slower and can push them past their timeout); None: the CPU count",
     )
     health_probe_timeout_s: float = Field(
-        default=10.0, gt=0, description="timeout of the probe that tells a wrecked sandbox from a "
-        "verifier crash",
+        default=10.0, gt=0, description="deadline of the trivial command that probes a sandbox on "
+        "an error path (episodes/counterfactual.py): the episode's, and a pristine fork's",
     )
 
 
@@ -121,6 +133,7 @@ class EpisodeRunner:
         clock: Clock | None = None,
         recorder: EpisodeSink | None = None,
         workload: TraceWorkload | None = None,
+        counterfactual: Counterfactual | None = None,
     ) -> None:
         missing = set(router.servers) - set(clients)
         if missing:
@@ -137,6 +150,9 @@ class EpisodeRunner:
         self.recorder = recorder
         self.workload = workload
         self._verify_slots = PriorityLimiter(config.verifier_slots or os.cpu_count() or 1)
+        # error paths only: probes and a pristine re-verify decide who caused a failure
+        self.judge = counterfactual or Counterfactual(
+            source, verifier, probe_timeout_s=config.health_probe_timeout_s, clock=self.clock)
 
     def verifiers_waiting(self) -> bool:
         """Does any finished episode wait for a verifier slot (verification is contended)?"""
@@ -164,7 +180,13 @@ class EpisodeRunner:
             )
         traj.finished_at = self.clock.now()
         if self.recorder is not None:
-            await self.recorder.record(traj, task, traj.meta)
+            try:
+                await self.recorder.record(traj, task, traj.meta)
+            except Exception as exc:  # the episode file is a by-product: the outcome stands
+                log.warning("episode %s: recorder failed: %s: %s", traj.trajectory_id,
+                            type(exc).__name__, exc)
+                traj.meta.setdefault("events", []).append(
+                    {"event": "recorder_error", "error": f"{type(exc).__name__}: {exc}"})
         return traj
 
     # ------------------------------------------------------------ phases
@@ -193,19 +215,9 @@ class EpisodeRunner:
                                 use_shell=cfg.use_shell, workdir=acq.workdir, budget_s=budget)
         try:
             end, evidence = await self._loop(attempt, task, traj, executor, sandbox)
-            verdict: VerifierVerdict | None = None
-            healthy = True
             if end in VERIFIABLE:
                 await executor.close()
-                verdict, died = await self._verify(sandbox, task, traj, attempt.key)
-                if died is not None:
-                    end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": died}
-                elif verdict.error is not None:
-                    healthy = await self._probe(sandbox)
-            traj.outcome = attribute(
-                end, verdict=verdict, sandbox_healthy=healthy, usage=_usage(sandbox),
-                actions=[s.action for s in traj.steps], evidence=evidence,
-            )
+            traj.outcome = await self._conclude(end, evidence, task, traj, attempt.key, sandbox)
         finally:
             await _quietly_close(executor, sandbox)
             add_span(traj, Span("episode", t0, max(self.clock.now(), t0), traj.trajectory_id,
@@ -241,9 +253,6 @@ class EpisodeRunner:
                 async with attempt.ctx.inference_slot(server):
                     ts = self.clock.now()
                     result = await self.clients[server].generate(request)
-            except RequestAbortedError as exc:
-                self.router.on_abort(server, rid)
-                return LoopEnd.ABORTED, {"turn": turn, "server": server, "error": str(exc)}
             except InferenceError as exc:
                 self.router.on_abort(server, rid)
                 return LoopEnd.INFERENCE_ERROR, {
@@ -284,11 +293,14 @@ class EpisodeRunner:
                     traj.tool_s += ty - tx
                 last = results[-1]
                 step.exit_code, step.signal, step.timed_out = last.exit_code, last.signal, last.timed_out
-                step.exec_s = sum(r.duration_s for r in results)
+                bill = step_bill(results)  # step timeouts and budget count billed seconds
+                step.exec_s = bill.wall_s
                 step.observation = self.harness.format_observation(results)
                 timeouts += sum(r.timed_out for r in results)
                 ev = {"turn": turn, "step_timeouts": timeouts, "exit_code": last.exit_code,
-                      "signal": last.signal, "oom_killed": last.oom_killed}
+                      "signal": last.signal, "oom_killed": last.oom_killed, **bill.evidence()}
+                if bill.host_stalled:  # the host, not the model, stopped the command
+                    return LoopEnd.HOST_ERROR, ev
                 if any(r.budget_exhausted for r in results):
                     return LoopEnd.BUDGET, ev
                 if last.timed_out and cfg.step_timeout_ends_episode:
@@ -311,6 +323,23 @@ class EpisodeRunner:
         for seq in (traj.token_ids, traj.logprobs, traj.loss_mask, traj.policy_versions):
             del seq[n:]
         return False
+
+    async def _conclude(self, end: LoopEnd, evidence: dict[str, Any], task: Task,
+                        traj: Trajectory, priority: AttemptKey, sandbox: Sandbox) -> EpisodeOutcome:
+        """Verify, and on an error path run the counterfactual experiment; then attribute."""
+        verdict: VerifierVerdict | None = None
+        exp: Experiment | None = None
+        if end in TIMED_OUT_ENDS:  # does the sandbox still answer after a step timed out?
+            exp = await self.judge.after_step_timeout(sandbox, task)
+        if end in VERIFIABLE and not stalled(exp):
+            verdict, died = await self._verify(sandbox, task, traj, priority)
+            if died is not None:
+                end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": died}
+        if needs_experiment(end, verdict):
+            async with self._verify_slots.slot(priority):  # a re-verify is verifier work
+                exp = await self.judge.after_error(end, verdict, sandbox, task)
+        return attribute(end, verdict=verdict, usage=_usage(sandbox),
+                         actions=[s.action for s in traj.steps], evidence=evidence, experiment=exp)
 
     async def _verify(
         self, sandbox: Sandbox, task: Task, traj: Trajectory, priority: AttemptKey
@@ -338,15 +367,6 @@ class EpisodeRunner:
         traj.verify_s = t1 - t0
         add_span(traj, Span("verify", t0, t1, traj.trajectory_id, sandbox=sandbox.sandbox_id))
         return replace(verdict, duration_s=t1 - t0), died
-
-    async def _probe(self, sandbox: Sandbox) -> bool:
-        """Does the sandbox still run a shell and its basic tools?"""
-        try:
-            r = await sandbox.exec("ls / >/dev/null && echo ok",
-                                   timeout_s=self.config.health_probe_timeout_s)
-        except SandboxError:
-            return False
-        return r.exit_code == 0 and "ok" in r.stdout
 
 
 def _usage(sandbox: Sandbox) -> SandboxUsage | None:

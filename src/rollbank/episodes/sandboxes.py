@@ -61,7 +61,12 @@ def spec_for(task: Task, env: BuiltEnvironment | None, *, network: bool = False)
 
 
 class TaskVerifier:
-    """The task's own verifier (``episodes/verifier.py``), reduced to a verdict."""
+    """The task's own verifier (``episodes/verifier.py``), reduced to a verdict.
+
+    Processes the agent left running are killed before verification (``kill_leftovers``:
+    a background loop must not rewrite the reward file) unless the task declares that the
+    verifier needs them (``Task.services``, Harbor ``[environment] services = true``).
+    """
 
     _ERRORS: ClassVar[dict[str, Reason]] = {
         "crash": Reason.VERIFIER_CRASH, "timeout": Reason.VERIFIER_TIMEOUT,
@@ -70,7 +75,8 @@ class TaskVerifier:
     async def verify(self, sandbox: Sandbox, task: Task) -> VerifierVerdict:
         from rollbank.episodes.verifier import run_verifier
 
-        r = await run_verifier(sandbox, task)
+        # what the agent left running is killed first unless the task declares a service
+        r = await run_verifier(sandbox, task, kill_leftovers=not task.services)
         error = self._ERRORS.get(r.status.value)
         detail = "" if error is None else f"{r.error or ''}\n{r.stderr_tail[-1500:]}".strip()
         return VerifierVerdict(r.reward, dict(r.rewards), passed=r.passed, error=error,

@@ -8,8 +8,9 @@ Invariants
 - A command's own failure (non-zero exit, timeout, OOM kill, truncated flood) is data in the
   :class:`ExecResult`; only a runtime failure raises (:class:`~rollbank.errors.SandboxError`).
 - The per-step timeout is ``min(step_timeout_s, the Terminus-2 duration the model asked for,
-  what is left of the episode budget)``. The executor, not the sandbox, charges the budget
-  (sum of command durations), so the verifier that runs afterwards in the same sandbox is
+  what is left of the episode budget)``, in billed seconds (wall time minus measured host
+  stall, ``rollbank.sandbox.billing``). The executor, not the sandbox, charges the budget
+  (sum of the commands' billed seconds), so the verifier that runs afterwards in the same sandbox is
   never charged to the model's budget. A command cut short by the budget comes back with
   ``budget_exhausted=True``; once the budget is spent nothing more runs.
 - Commands stop at the first one that timed out or exhausted the budget.
@@ -67,7 +68,7 @@ class ToolExecutor:
             result = await self._session.run(command.text, timeout_s=timeout)
         else:
             result = await self.sandbox.exec(command.text, timeout_s=timeout, cwd=self.workdir)
-        self.used_s += result.duration_s
+        self.used_s += result.billed_s  # host stall is not the model's time
         if result.timed_out and by_budget:
             result = replace(result, timed_out=False, budget_exhausted=True)
         return result

@@ -6,13 +6,15 @@ Invariants
 - ``token_ids``, ``logprobs``, ``loss_mask`` and ``policy_versions`` have equal length; the
   first ``prompt_len`` tokens are the initial prompt (mask 0).
 - A token with ``loss_mask == 1`` was sampled by the model; its ``logprobs`` entry is the
-  behaviour log-prob and its ``policy_versions`` entry the weight version that sampled it.
+  behaviour log-prob and its ``policy_versions`` entry the weight version that sampled it, as
+  the engine reported it for that token (one turn can span a weight update).
 - A token with ``loss_mask == 0`` came from the environment or the prompt; its log-prob is 0.0
   and its version is -1.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,13 +78,15 @@ class Trajectory:
         self.loss_mask.extend([0] * len(ids))
         self.policy_versions.extend([ENV_VERSION] * len(ids))
 
-    def append_model(self, ids: list[int], logprobs: list[float], version: int) -> None:
-        if len(ids) != len(logprobs):
-            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} logprobs")
+    def append_model(self, ids: list[int], logprobs: list[float], version: int | Sequence[int]) -> None:
+        """Model tokens; ``version`` is one per token (as the engine reported) or one for all."""
+        versions = [version] * len(ids) if isinstance(version, int) else list(version)
+        if not len(ids) == len(logprobs) == len(versions):
+            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} logprobs and {len(versions)} versions")
         self.token_ids.extend(ids)
         self.logprobs.extend(logprobs)
         self.loss_mask.extend([1] * len(ids))
-        self.policy_versions.extend([version] * len(ids))
+        self.policy_versions.extend(versions)
 
     @property
     def num_model_tokens(self) -> int:

@@ -5,11 +5,11 @@ Owns: the verifier protocol shared by Harbor and Terminal-Bench 1 tasks and its 
 
 Sequence (:func:`run_verifier`, called only after the agent finished)
 1. remove ``/tests``, ``/logs/verifier`` and the shim directory and recreate them empty
-   (``/logs`` if it is a symlink is replaced). Processes the agent left running are NOT
-   stopped by default: tasks about services on loopback need them during verification.
-   ``kill_leftovers=True`` SIGKILLs every pid of the sandbox but pid 1, the backend's
-   ``sleep infinity`` anchor and the reset shell, for tasks where nothing may keep running
-   (a background loop could otherwise rewrite the reward file — a known loophole);
+   (``/logs`` if it is a symlink is replaced). ``kill_leftovers=True`` SIGKILLs every pid
+   of the sandbox but pid 1, the backend's ``sleep infinity`` anchor and the reset shell (a
+   background loop could otherwise rewrite the reward file). The collection's verifier
+   (``episodes/sandboxes.TaskVerifier``) passes it for every task that does not declare a
+   service (``Task.services``): tasks about services on loopback need them alive;
 2. write the task's tests (and e.g. TB1's run-tests.sh) into the fresh ``/tests`` through the
    Sandbox API — the agent never saw them and cannot alter them — and the offline shims
    (:mod:`rollbank.tasks.shims`);

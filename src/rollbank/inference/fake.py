@@ -13,7 +13,10 @@ What the fake simulates, and its invariants
   A ``responder`` callback can script the completion text instead (harness/runner tests).
 - Weights are identified by the path last passed to ``reload_weights``; reloading a path
   restores exactly the outputs that path gave before. ``policy_version`` is what the last
-  reload announced; every result carries the version the server held when it answered.
+  reload announced. Like vLLM's scale-out engine, every generated token is tagged with the
+  version held when that token was generated (``token_versions``): a request frozen by
+  pause("keep") across a reload carries both versions; ``policy_version`` of a result is the
+  version held when it finished.
 - Prefix cache: full blocks of ``block_size`` tokens keyed by a hash chain (so a block only
   hits when everything before it matches), LRU-evicted past ``cache_capacity_blocks``.
   Prompt and generated blocks are inserted after a request, as vLLM does. The cache is
@@ -310,12 +313,12 @@ class FakeInferenceServer:
         self.counters.prefix_cache_hits += cached
         self.counters.prompt_tokens += len(prompt)
         self.counters.requests += 1
-        version = self.policy_version
         await asyncio.sleep((len(prompt) - cached) * self.prefill_s_per_token)
         t_first: float | None = None
         scripted = self._scripted(req)
         out: list[int] = []
         lps: list[float] = []
+        versions: list[int] = []
         finish: FinishReason = "length"
         stops = set(sp.stop_token_ids)
         eos = self.tokenizer.eos_token_id
@@ -341,6 +344,7 @@ class FakeInferenceServer:
                 t_first = self.clock.now()
             out.append(token)
             lps.append(lp)
+            versions.append(self.policy_version)
             self.counters.generation_tokens += 1
             async with self._slot_free:
                 self._slot_free.notify_all()
@@ -369,7 +373,8 @@ class FakeInferenceServer:
             finish_reason=finish,
             text=text,
             prompt_tokens=len(prompt),
-            policy_version=version,
+            policy_version=self.policy_version,
+            token_versions=versions,
             timings=Timings(
                 total_s=t_end - t0,
                 queue_s=t_start - t0,

@@ -9,7 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rollbank.errors import ServerUnreachableError
-from rollbank.inference.protocol import GenerateRequest, GenerateResult, PauseMode, ServerMetrics
+from rollbank.inference.protocol import (
+    AdmissionGate,
+    GenerateRequest,
+    GenerateResult,
+    PauseMode,
+    ServerMetrics,
+)
 
 if TYPE_CHECKING:
     from rollbank.inference.fake import FakeInferenceServer
@@ -19,13 +25,15 @@ class FakeInferenceClient:
     """:class:`InferenceClient` over a :class:`FakeInferenceServer` (several may share one).
 
     ``unreachable = True`` makes every call raise :class:`ServerUnreachableError`, to test
-    how callers handle a server that went away.
+    how callers handle a server that went away. Like the real clients, :meth:`generate` waits
+    on the admission gate before the request reaches the server.
     """
 
-    def __init__(self, server: FakeInferenceServer) -> None:
+    def __init__(self, server: FakeInferenceServer, *, admission: AdmissionGate | None = None) -> None:
         self.server = server
         self.unreachable = False
         self.closed = False
+        self._admission = admission or AdmissionGate()
 
     def _check(self) -> None:
         if self.closed:
@@ -41,7 +49,16 @@ class FakeInferenceClient:
     def policy_version(self) -> int:
         return self.server.policy_version
 
+    @property
+    def admission(self) -> AdmissionGate:
+        return self._admission
+
+    def set_admission(self, gate: AdmissionGate) -> None:
+        self._admission = gate
+
     async def generate(self, request: GenerateRequest) -> GenerateResult:
+        self._check()
+        await self._admission.wait_open()
         self._check()
         return await self.server.generate(request)
 

@@ -3,11 +3,15 @@
 :class:`InferenceClient` is implemented by the vLLM client (real), the SGLang client (tested
 against a recorded contract only) and :mod:`rollbank.inference.fake` (unit tests). Every
 generated token comes back with the log-prob of the distribution actually sampled from and the
-policy version of the weights that produced it.
+weight version that produced it, as the engine reports it (``token_versions``).
+
+Every client waits on its :class:`AdmissionGate` before sending a generation, so nothing is
+sent while a publication (:mod:`rollbank.inference.publish`) has admission closed.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -46,6 +50,27 @@ class Timings:
     first_token_s: float | None = None
 
 
+class AdmissionGate:
+    """Open/closed gate every client awaits before sending a generation (closed during updates)."""
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+
+    @property
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def wait_open(self) -> None:
+        await self._open.wait()
+
+
 @dataclass(frozen=True)
 class GenerateResult:
     request_id: str
@@ -55,9 +80,18 @@ class GenerateResult:
     finish_reason: FinishReason
     text: str
     prompt_tokens: int
-    policy_version: int  # weight version the server held when it answered
+    policy_version: int  # the engine's version when it answered (last token's version)
     timings: Timings
     cached_prompt_tokens: int | None = None  # prefix-cache hit, when the server reports it
+    # One weight version per generated token, as the engine reports it (a request that
+    # straddles a weight update carries both versions). Empty only when ``token_ids`` is.
+    token_versions: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(self.token_versions) != len(self.token_ids):
+            raise ValueError(
+                f"{len(self.token_versions)} token versions for {len(self.token_ids)} tokens"
+            )
 
 
 @dataclass(frozen=True)
@@ -99,6 +133,15 @@ class InferenceClient(Protocol):
     @property
     def policy_version(self) -> int: ...
 
+    @property
+    def admission(self) -> AdmissionGate:
+        """The gate :meth:`generate` waits on before sending."""
+        ...
+
+    def set_admission(self, gate: AdmissionGate) -> None:
+        """Share ``gate`` (a publisher's) as this client's admission gate."""
+        ...
+
     async def generate(self, request: GenerateRequest) -> GenerateResult: ...
 
     async def abort(self, request_id: str) -> None: ...
@@ -110,7 +153,8 @@ class InferenceClient(Protocol):
     async def reset_prefix_cache(self) -> None: ...
 
     async def reload_weights(self, weights_path: str, *, version: int) -> None:
-        """Hot-load a checkpoint; afterwards tokens are tagged with ``version``."""
+        """Hot-load a checkpoint and name it ``version`` on the engine (which then tags the
+        tokens it generates with it)."""
         ...
 
     async def load_lora(self, name: str, path: str) -> None: ...

@@ -1,18 +1,21 @@
 """Publish a checkpoint to every inference server in the documented safe order.
 
-Owns :class:`AdmissionGate` and :class:`WeightPublisher`.
+Owns :class:`WeightPublisher` (:class:`AdmissionGate` lives in ``protocol.py`` and is
+re-exported here).
 
 Order (engine-apis-and-routing.md): close admission -> pause every server -> reload the
-weights on every server -> reset every prefix cache -> resume -> bump the version -> reopen
-admission. Servers are handled concurrently within each step, and a step starts only when
-the previous one finished on all servers, so no server resumes before every server holds
-the new weights.
+weights on every server and name their version on the engine -> reset every prefix cache ->
+resume -> reopen admission. Servers are handled concurrently within each step, and a step
+starts only when the previous one finished on all servers, so no server resumes before every
+server holds the new weights.
 
 Invariants
-- A token is tagged with the version of the weights that produced it: clients bump their
-  version only after their reload succeeded, and with pause mode ``abort`` or ``wait`` no
-  in-flight request straddles the update (``keep`` with ``clear_cache=False`` would mix
-  versions; it is allowed but documented as such).
+- The publisher's gate is installed on every client it is given (``set_admission``), and every
+  client waits on it before sending a generation: nothing is sent while admission is closed.
+- A token is tagged with the version of the weights that produced it by the engine itself:
+  ``reload_weights(path, version=v)`` names ``v`` on the engine after the reload succeeded,
+  and the engine reports per-token versions (``GenerateResult.token_versions``). With pause
+  mode ``keep`` a request that straddles the update carries both versions, correctly split.
 - If a reload fails on some server, every server is still reset and resumed (collection goes
   on; each client keeps reporting the version it really holds) and the error is re-raised.
 - Two latencies are measured separately: ``publication_s`` = checkpoint ready -> every server
@@ -26,28 +29,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from rollbank.clock import Clock, MonotonicClock
-from rollbank.inference.protocol import InferenceClient, PauseMode
+from rollbank.inference.protocol import AdmissionGate, InferenceClient, PauseMode
 
-
-class AdmissionGate:
-    """Open/closed gate that request senders await before sending (closed during updates)."""
-
-    def __init__(self) -> None:
-        self._open = asyncio.Event()
-        self._open.set()
-
-    @property
-    def is_open(self) -> bool:
-        return self._open.is_set()
-
-    def close(self) -> None:
-        self._open.clear()
-
-    def open(self) -> None:
-        self._open.set()
-
-    async def wait_open(self) -> None:
-        await self._open.wait()
+__all__ = ["AdmissionGate", "PublishReport", "WeightPublisher"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +80,8 @@ class WeightPublisher:
     ) -> None:
         self.clients = list(clients)
         self.gate = gate or AdmissionGate()
+        for c in self.clients:
+            c.set_admission(self.gate)
         self.pause_mode = pause_mode
         self.clock = clock or MonotonicClock()
         self.on_published = on_published

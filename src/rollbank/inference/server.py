@@ -155,7 +155,7 @@ class ManagedServers:
         self.servers = [
             ServerState(i, p, self.run_dir / f"server-{i}.log") for i, p in enumerate(ports)
         ]
-        self.clients = [VLLMClient(u) for u in self.urls]
+        self.clients = [VLLMClient(u, scale_out=True) for u in self.urls]
         try:
             async with asyncio.TaskGroup() as tg:
                 for s in self.servers:
@@ -192,6 +192,7 @@ class ManagedServers:
             "--seed", str(cfg.seed),
             "--enable-per-request-metrics",
             "--enable-prompt-tokens-details",
+            "--enable-scale-out",  # /inference/v1/generate: per-token weight versions from the engine
         ]  # fmt: skip
         if cfg.dtype:
             cmd += ["--dtype", cfg.dtype]

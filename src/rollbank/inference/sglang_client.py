@@ -27,14 +27,22 @@ Transport, retries and error typing are inherited from
   ``sglang:num_queue_reqs``, ``sglang:prompt_tokens_total``, ``sglang:generation_tokens_total``,
   ``sglang:cached_tokens_total``).
 - ``is_paused`` is tracked by the client (SGLang has no query endpoint).
+- Versions: SGLang reports one ``meta_info.weight_version`` label per request (its weight
+  update takes a writer lock, so in-flight requests finish first); every token of the result
+  gets it (mapped as in :mod:`rollbank.inference.engine_output`). Without the label the
+  client's own version (set by :meth:`reload_weights`) is used. Log-probs are checked like
+  vLLM's: a missing or non-finite one is an :class:`InvalidLogprobError`.
+- Admission: inherited from :class:`VLLMClient` (waits on the gate before sending).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from rollbank.errors import BadRequestError, InferenceError
+from rollbank.inference.engine_output import checked_logprobs, parse_version_label, version_label
 from rollbank.inference.protocol import (
     FinishReason,
     GenerateRequest,
@@ -80,37 +88,37 @@ class SGLangClient(VLLMClient):
             body["lora_path"] = req.lora
         return body
 
-    GENERATE_PATH = "/generate"
+    async def connect(self) -> None:
+        """Nothing to detect: SGLang's native ``/generate`` is the only generate path."""
+        self._scale_out = False
+        self._connected = True
 
-    def _generate_body(self, request: GenerateRequest) -> dict[str, Any]:
-        return self.generate_body(request)
+    async def _generate(self, request: GenerateRequest, t0: float) -> GenerateResult:
+        rid = request.request_id
+        resp = await self._send("POST", "/generate", json=self.generate_body(request), request_id=rid)
+        return self._parsed("/generate", rid, lambda: self._parse_generate(request, resp.json(), time.monotonic() - t0))
 
-    def _generate_headers(self, request_id: str) -> dict[str, str] | None:
-        return None
-
-    def _generate_parse(
-        self, request: GenerateRequest, data: dict[str, Any], version: int, total_s: float
-    ) -> GenerateResult:
-        return self._parse_generate(request, data, version, total_s)
-
-    def _parse_generate(
-        self, request: GenerateRequest, data: dict[str, Any], version: int, total_s: float
-    ) -> GenerateResult:
+    def _parse_generate(self, request: GenerateRequest, data: dict[str, Any], total_s: float) -> GenerateResult:
+        rid = request.request_id
         meta = data["meta_info"]
         token_ids = [int(t) for t in data["output_ids"]]
         logprobs: list[float] = []
         if request.sampling.logprobs:
-            triples = meta.get("output_token_logprobs") or []
-            logprobs = [float(t[0]) for t in triples]
+            triples = meta.get("output_token_logprobs")
+            if triples is None:
+                triples = [[None, t, None] for t in token_ids]
+            logprobs = checked_logprobs([t[0] for t in triples], server=self.base_url, request_id=rid)
             if [int(t[1]) for t in triples] != token_ids:
                 raise ValueError("output_token_logprobs do not match output_ids")
         reason = (meta.get("finish_reason") or {}).get("type")
         finish = _FINISH.get(str(reason))
         if finish is None:
             raise ValueError(f"unexpected finish_reason {reason!r}")
+        label = meta.get("weight_version")
+        version = self._version if label is None else parse_version_label(label, server=self.base_url, request_id=rid)
         cached = meta.get("cached_tokens")
         return GenerateResult(
-            request_id=request.request_id,
+            request_id=rid,
             server=self.base_url,
             token_ids=token_ids,
             logprobs=logprobs,
@@ -120,6 +128,7 @@ class SGLangClient(VLLMClient):
             policy_version=version,
             timings=Timings(total_s=float(meta.get("e2e_latency", total_s))),
             cached_prompt_tokens=int(cached) if cached is not None else None,
+            token_versions=[version] * len(token_ids),
         )
 
     async def abort(self, request_id: str) -> None:
@@ -155,7 +164,7 @@ class SGLangClient(VLLMClient):
         resp = await self._send(
             "POST",
             "/update_weights_from_disk",
-            json={"model_path": weights_path, "weight_version": str(version)},
+            json={"model_path": weights_path, "weight_version": version_label(version)},
         )
         if not resp.json().get("success", False):
             raise InferenceError(f"weight update failed: {resp.text[:300]}", server=self.base_url)

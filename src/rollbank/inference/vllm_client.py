@@ -1,44 +1,53 @@
-"""Async client for one vLLM OpenAI-compatible server (checked against vLLM 0.32 CPU).
+"""Async client for one vLLM server (checked against vLLM 0.32 CPU).
 
 Owns :class:`VLLMClient`, the real :class:`~rollbank.inference.protocol.InferenceClient`.
+Wire shapes (bodies, parsers) live in :mod:`rollbank.inference.vllm_wire`.
 
 Wire contract (endpoints as vLLM 0.32 registers them; the control routes need
 ``VLLM_SERVER_DEV_MODE=1``, which :mod:`rollbank.inference.server` sets):
 
-- generate: ``POST /v1/completions`` with ``prompt`` = token ids, ``return_token_ids``,
-  ``logprobs=1`` (the sampled token's log-prob; the server runs with
-  ``--logprobs-mode processed_logprobs`` so it is the distribution actually sampled from) and
-  header ``X-Request-Id`` = our request id (vLLM names it ``cmpl-<id>-0`` internally).
-  Timings come from the response's ``metrics`` (``--enable-per-request-metrics``) and the
-  cache hit from ``usage.prompt_tokens_details.cached_tokens``
-  (``--enable-prompt-tokens-details``); both are ``None`` when the server does not send them.
-  No per-request ``seed`` is ever sent: it kills the vLLM CPU 0.32 engine.
-- abort: ``POST /abort_requests {"request_ids": ["cmpl-<id>-0"]}``; the aborted generation
-  returns with ``finish_reason="abort"`` and its partial tokens. Cancelling :meth:`generate`
-  closes the connection, which also aborts server side.
+- generate, preferred: ``POST /inference/v1/generate`` (servers started with
+  ``--enable-scale-out``, as managed servers are). The engine returns ``weight_versions``
+  spans over the output tokens: the per-token versions of every result come from there.
+- generate, fallback (a server without scale-out): ``POST /v1/completions`` with token ids,
+  bracketed by two ``GET /weight_info`` reads; if the engine's version changed in between,
+  no token can be attributed and the request fails with :class:`WeightVersionError`.
+  ``scale_out=None`` (default) detects which one the server has (``/openapi.json``) on
+  :meth:`connect` or the first generate; :meth:`connect` also refuses a server that reports
+  no usable version (:class:`WeightVersionError`), so a run against an external server fails
+  before the first episode rather than tagging tokens with a guess.
+- Version labels: rollbank names version ``v`` on the engine as ``str(v)``; ``"default"``
+  (never set) is 0 (:mod:`rollbank.inference.engine_output`).
+- Admission: :meth:`generate` waits on the client's :class:`AdmissionGate` before sending;
+  a :class:`~rollbank.inference.publish.WeightPublisher` installs its gate on its clients.
+- abort: ``POST /inference/v1/abort_requests {"request_ids": ["generate-tokens-<id>"]}``
+  (scale-out) or ``POST /abort_requests {"request_ids": ["cmpl-<id>-0"]}``; the aborted
+  generation returns with ``finish_reason="abort"`` and its partial tokens. Cancelling
+  :meth:`generate` closes the connection, which also aborts server side.
 - pause/resume: ``POST /pause?mode=&clear_cache=``, ``POST /resume``, ``GET /is_paused``;
   ``POST /reset_prefix_cache``; weights: ``POST /collective_rpc`` with
-  ``{"method": "reload_weights", "kwargs": {"weights_path": ...}}``; LoRA:
+  ``{"method": "reload_weights", "kwargs": {"weights_path": ...}}`` then
+  ``POST /update_weight_version {"new_version": str(version)}``; ``GET /weight_info``; LoRA:
   ``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter``; ``GET /health``;
-  ``GET /metrics`` (Prometheus text).
+  ``GET /metrics`` (Prometheus text, parsed by ``prometheus_client``).
+  No per-request ``seed`` is ever sent: it kills the vLLM CPU 0.32 engine.
 
 Errors and retries: a connect failure (nothing was sent) is retried ``connect_retries``
 times, then :class:`ServerUnreachableError`. Anything after the request left is never
 re-sent: a dropped connection is :class:`ServerUnreachableError`, a read timeout
 :class:`InferenceTimeoutError`, 429/503 :class:`ServerOverloadedError`, 400/404/422
-:class:`BadRequestError`, a 500 from a dead engine :class:`EngineDeadError`.
+:class:`BadRequestError`, a 500 from a dead engine :class:`EngineDeadError`; a missing or
+non-finite log-prob :class:`InvalidLogprobError` (request id and token position recorded).
 
-``policy_version`` is tracked by the client: :meth:`reload_weights` sets it after the
-server confirmed the reload. A result is tagged with the version held when the request was
-sent (with pause modes ``abort``/``wait`` no token of it can come from later weights).
+``policy_version`` is the version the engine was last known to hold (set by
+:meth:`reload_weights` after the engine accepted the new label, or read by :meth:`connect`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -50,45 +59,22 @@ from rollbank.errors import (
     InferenceTimeoutError,
     ServerOverloadedError,
     ServerUnreachableError,
+    WeightVersionError,
 )
+from rollbank.inference import vllm_wire as wire
+from rollbank.inference.engine_output import parse_version_label, version_label
 from rollbank.inference.protocol import (
-    FinishReason,
+    AdmissionGate,
     GenerateRequest,
     GenerateResult,
     PauseMode,
     ServerMetrics,
-    Timings,
 )
+from rollbank.inference.vllm_wire import parse_prometheus
 
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
+__all__ = ["KEEPALIVE_EXPIRY_S", "VLLMClient", "parse_prometheus"]
+
 _DEAD_MARKERS = ("enginecore", "engine core", "enginedead", "engine dead", "engine is dead")
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Sum every sample of each metric name over its label sets (``name -> total``)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_part, _, rest = line.partition(" ")
-        if "{" in line:
-            name_part = line[: line.index("{")]
-            rest = line[line.rindex("}") + 1 :]
-        fields = rest.split()
-        if not fields:
-            continue
-        try:
-            value = float(fields[0])
-        except ValueError:
-            continue
-        out[name_part] = out.get(name_part, 0.0) + value
-    return out
-
-
-def _ms(metrics: Mapping[str, Any] | None, key: str) -> float | None:
-    if not metrics or metrics.get(key) is None:
-        return None
-    return float(metrics[key]) / 1000.0
 
 
 KEEPALIVE_EXPIRY_S = 2.0
@@ -108,12 +94,22 @@ class VLLMClient:
         policy_version: int = 0,
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int = 256,
+        scale_out: bool | None = None,
+        admission: AdmissionGate | None = None,
+        versions_from_engine: bool = True,
     ) -> None:
         self._base_url = base_url.rstrip("/")
         self.model = model
         self.connect_retries = connect_retries
         self._version = policy_version
         self._inflight: set[str] = set()
+        self._scale_out = scale_out  # None: detect on connect()
+        self._connected = False
+        self._connect_lock = asyncio.Lock()
+        self._admission = admission or AdmissionGate()
+        # False only behind a third-party router (routing benchmarks): no /weight_info there,
+        # completions results carry the client's own version. Never for collection.
+        self._versions_from_engine = versions_from_engine
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
@@ -136,6 +132,18 @@ class VLLMClient:
     @property
     def policy_version(self) -> int:
         return self._version
+
+    @property
+    def admission(self) -> AdmissionGate:
+        return self._admission
+
+    def set_admission(self, gate: AdmissionGate) -> None:
+        self._admission = gate
+
+    @property
+    def scale_out(self) -> bool | None:
+        """Whether generations use ``/inference/v1/generate``; None until detected."""
+        return self._scale_out
 
     @property
     def inflight(self) -> int:
@@ -201,114 +209,88 @@ class VLLMClient:
         raise InferenceError(msg, **kw)
 
     # ------------------------------------------------------------------ generation
-    def completion_body(self, req: GenerateRequest) -> dict[str, Any]:
-        sp = req.sampling
-        body: dict[str, Any] = {
-            "prompt": list(req.prompt_token_ids),
-            "max_tokens": sp.max_tokens,
-            "temperature": sp.temperature,
-            "top_p": sp.top_p,
-            "return_token_ids": True,
-            "skip_special_tokens": False,
-        }
-        if sp.stop:
-            body["stop"] = list(sp.stop)
-        if sp.stop_token_ids:
-            body["stop_token_ids"] = list(sp.stop_token_ids)
-        if sp.logprobs:
-            body["logprobs"] = 1
-        if sp.min_tokens:
-            body["min_tokens"] = sp.min_tokens
-        model = req.lora or self.model
-        if model is not None:
-            body["model"] = model
-        return body
+    async def connect(self) -> None:
+        """Detect the generate endpoint and read the engine's version (once).
+
+        Raises :class:`WeightVersionError` when the server cannot say which version it
+        serves (no ``/weight_info``, or a label rollbank did not publish).
+        """
+        async with self._connect_lock:
+            if self._connected:
+                return
+            if self._scale_out is None:
+                try:
+                    paths = (await self._send("GET", "/openapi.json")).json().get("paths") or {}
+                except (BadRequestError, ValueError, AttributeError):
+                    paths = {}  # no schema published (e.g. docs disabled): completions
+                self._scale_out = wire.SCALE_OUT_GENERATE in paths
+            if self._versions_from_engine:
+                self._version = await self.engine_version()
+            self._connected = True
+
+    async def engine_version(self, request_id: str | None = None) -> int:
+        """The version the engine serves now (``GET /weight_info``)."""
+        try:
+            resp = await self._send("GET", "/weight_info", request_id=request_id)
+            label = resp.json()["weight_version"]
+        except (BadRequestError, KeyError, TypeError, ValueError) as exc:
+            raise WeightVersionError(
+                f"{self._base_url} reports no weight version (GET /weight_info: {exc}); start it "
+                "with VLLM_SERVER_DEV_MODE=1 (and --enable-scale-out for per-token versions)",
+                server=self._base_url, request_id=request_id,
+            ) from exc
+        return parse_version_label(label, server=self._base_url, request_id=request_id)
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        """Send one generation; engine-specific parts are the ``_generate_*`` hooks."""
+        """Wait for admission, send one generation, return it with the engine's versions."""
+        if not self._connected:
+            await self.connect()
+        await self._admission.wait_open()  # last thing before sending
         rid = request.request_id
-        version = self._version
         t0 = time.monotonic()
         self._inflight.add(rid)
         try:
-            resp = await self._send(
-                "POST",
-                self.GENERATE_PATH,
-                json=self._generate_body(request),
-                headers=self._generate_headers(rid),
-                request_id=rid,
-            )
+            return await self._generate(request, t0)
         finally:
             self._inflight.discard(rid)
+
+    async def _generate(self, request: GenerateRequest, t0: float) -> GenerateResult:
+        rid = request.request_id
+        headers = {"X-Request-Id": rid}
+        if self._scale_out:
+            resp = await self._send("POST", wire.SCALE_OUT_GENERATE, headers=headers, request_id=rid,
+                                    json=wire.scale_out_body(request, self.model))
+            return self._parsed(wire.SCALE_OUT_GENERATE, rid, lambda: wire.parse_scale_out(
+                request, resp.json(), server=self._base_url, current_version=self._version,
+                total_s=time.monotonic() - t0))
+        before = await self.engine_version(rid) if self._versions_from_engine else self._version
+        resp = await self._send("POST", wire.COMPLETIONS, headers=headers, request_id=rid,
+                                json=wire.completion_body(request, self.model))
         total = time.monotonic() - t0
+        after = await self.engine_version(rid) if self._versions_from_engine else before
+        if after != before:
+            raise WeightVersionError(
+                f"request {rid}: the engine's version changed from {before} to {after} during a "
+                "/v1/completions request, which cannot say which tokens came from which; use a "
+                "server started with --enable-scale-out", server=self._base_url, request_id=rid)
+        return self._parsed(wire.COMPLETIONS, rid, lambda: wire.parse_completion(
+            request, resp.json(), server=self._base_url, version=before, total_s=total))
+
+    def _parsed(self, path: str, rid: str, parse: Callable[[], GenerateResult]) -> GenerateResult:
+        """``parse()``, with shape errors as a typed malformed-response error."""
         try:
-            return self._generate_parse(request, resp.json(), version, total)
+            return parse()
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise InferenceError(
-                f"malformed {self.GENERATE_PATH} response: {exc!r}",
-                server=self._base_url,
-                request_id=rid,
+                f"malformed {path} response: {exc!r}", server=self._base_url, request_id=rid
             ) from exc
 
-    # Hooks a client for another engine's native endpoint overrides (see sglang_client).
-    GENERATE_PATH = "/v1/completions"
-
-    def _generate_body(self, request: GenerateRequest) -> dict[str, Any]:
-        return self.completion_body(request)
-
-    def _generate_headers(self, request_id: str) -> dict[str, str] | None:
-        return {"X-Request-Id": request_id}
-
-    def _generate_parse(
-        self, request: GenerateRequest, data: dict[str, Any], version: int, total_s: float
-    ) -> GenerateResult:
-        return self._parse_completion(request, data, version, total_s)
-
-    def _parse_completion(
-        self, request: GenerateRequest, data: dict[str, Any], version: int, total_s: float
-    ) -> GenerateResult:
-        choice = data["choices"][0]
-        token_ids = [int(t) for t in choice["token_ids"]]
-        logprobs: list[float] = []
-        if request.sampling.logprobs:
-            raw = (choice.get("logprobs") or {}).get("token_logprobs") or []
-            logprobs = [float(x) if x is not None else -math.inf for x in raw]
-            if len(logprobs) != len(token_ids):
-                raise ValueError(f"{len(logprobs)} logprobs for {len(token_ids)} tokens")
-        reason = choice.get("finish_reason")
-        finish = _FINISH.get(str(reason))
-        if finish is None:
-            raise ValueError(f"unexpected finish_reason {reason!r}")
-        usage = data.get("usage") or {}
-        details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens")
-        metrics = data.get("metrics")
-        queue_s = _ms(metrics, "queue_time_ms")
-        prefill_s = _ms(metrics, "time_to_first_token_ms")
-        first = queue_s + prefill_s if queue_s is not None and prefill_s is not None else None
-        return GenerateResult(
-            request_id=request.request_id,
-            server=self._base_url,
-            token_ids=token_ids,
-            logprobs=logprobs,
-            finish_reason=finish,
-            text=str(choice.get("text") or ""),
-            prompt_tokens=int(usage.get("prompt_tokens", len(request.prompt_token_ids))),
-            policy_version=version,
-            timings=Timings(
-                total_s=total_s,
-                queue_s=queue_s,
-                prefill_s=prefill_s,
-                decode_s=_ms(metrics, "generation_time_ms"),
-                first_token_s=first,
-            ),
-            cached_prompt_tokens=int(cached) if cached is not None else None,
-        )
-
     async def abort(self, request_id: str) -> None:
-        await self._send(
-            "POST", "/abort_requests", json={"request_ids": [f"cmpl-{request_id}-0"]}, request_id=request_id
-        )
+        if self._scale_out:
+            path, engine_id = wire.SCALE_OUT_ABORT, f"generate-tokens-{request_id}"
+        else:
+            path, engine_id = "/abort_requests", f"cmpl-{request_id}-0"
+        await self._send("POST", path, json={"request_ids": [engine_id]}, request_id=request_id)
 
     # ------------------------------------------------------------------ control plane
     async def pause(self, mode: PauseMode = "wait", *, clear_cache: bool = True) -> None:
@@ -332,11 +314,13 @@ class VLLMClient:
         raise InferenceError("prefix cache reset refused (blocks still held)", server=self._base_url)
 
     async def reload_weights(self, weights_path: str, *, version: int) -> None:
+        """Reload, then name ``version`` on the engine (which tags later tokens with it)."""
         await self._send(
             "POST",
             "/collective_rpc",
             json={"method": "reload_weights", "kwargs": {"weights_path": weights_path}},
         )
+        await self._send("POST", "/update_weight_version", json={"new_version": version_label(version)})
         self._version = version
 
     async def load_lora(self, name: str, path: str) -> None:

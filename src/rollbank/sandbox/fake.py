@@ -56,8 +56,12 @@ class FakeSandbox:
         self.spec = spec
         self.files: dict[str, bytes] = dict(files)
         self.budget_s = budget_s
-        self.exec_seconds = 0.0
+        self.exec_seconds = 0.0  # billed seconds (host stall excluded)
+        self.stall_seconds = 0.0
         self.commands: list[str] = []  # every command string run, for assertions
+        # Seconds the host will stall the next command (a test's injected freeze): the
+        # clock advances by them, the command is not billed for them.
+        self.stall_next_s = 0.0
         self.closed = False
 
     @property
@@ -91,7 +95,15 @@ class FakeSandbox:
         budget_bound = left is not None and (timeout_s is None or left < timeout_s)
         limit_s = left if budget_bound else timeout_s
         t0 = self._now()
-        ctx = RunContext(None if limit_s is None else t0 + limit_s)
+        stall, self.stall_next_s = self.stall_next_s or self.backend.stall_s, 0.0
+        cap = self.backend.max_host_stall_s
+        if cap is not None and stall > cap:  # stopped by the host, never billed
+            await self._sleep(cap, RunContext(None))
+            self.stall_seconds += cap
+            return ExecResult(None, 9, "", "", cap, stall_s=cap, host_stalled=True)
+        if stall:
+            await self._sleep(stall, RunContext(None))
+        ctx = RunContext(None if limit_s is None else t0 + stall + limit_s)
         timed_out = False
         try:
             rc = await Interpreter(self.files, self.backend.handlers, self, self._sleep).run(
@@ -99,7 +111,8 @@ class FakeSandbox:
         except CommandTimeout:
             timed_out, rc = True, None
         duration = self._now() - t0
-        self.exec_seconds += duration
+        self.exec_seconds += duration - stall
+        self.stall_seconds += stall
         outs = []
         for raw in (ctx.out, ctx.err):
             buf = BoundedBuffer(limit)
@@ -108,7 +121,7 @@ class FakeSandbox:
         return ExecResult(
             rc, 9 if timed_out else None, outs[0][0], outs[1][0], duration,
             timed_out=timed_out and not budget_bound, budget_exhausted=timed_out and budget_bound,
-            stdout_truncated=outs[0][1], stderr_truncated=outs[1][1],
+            stdout_truncated=outs[0][1], stderr_truncated=outs[1][1], stall_s=stall,
         )
 
     async def _sleep(self, seconds: float, ctx: RunContext) -> None:
@@ -163,7 +176,7 @@ class FakeSandbox:
         return self.backend._new_snapshot(self.files, self.spec)
 
     def usage(self) -> SandboxUsage:
-        return SandboxUsage(exec_seconds=self.exec_seconds)
+        return SandboxUsage(exec_seconds=self.exec_seconds, stall_seconds=self.stall_seconds)
 
     async def close(self) -> None:
         self.closed = True
@@ -194,12 +207,17 @@ class FakeBackend:
     commands (name -> fn(sandbox, args, stdin) -> (exit code, stdout, stderr)).
     ``fail_starts``: the next N starts raise :class:`SandboxStartError` (infra faults).
     ``files``: what every started spec contains (the spec's layers are not read).
+    ``stall_s``: the host stalls every command this long before it runs (not billed);
+    ``max_host_stall_s``: a longer stall stops the command as ``host_stalled``.
     """
 
     def __init__(self, clock: FakeClock | None = None, *,
                  handlers: Mapping[str, Handler] | None = None, fail_starts: int = 0,
-                 files: Mapping[str, bytes] | None = None) -> None:
+                 files: Mapping[str, bytes] | None = None, stall_s: float = 0.0,
+                 max_host_stall_s: float | None = None) -> None:
         self.clock = clock
+        self.stall_s = stall_s
+        self.max_host_stall_s = max_host_stall_s
         self.handlers = dict(handlers or {})
         self.fail_starts = fail_starts
         self.base_files = dict(files or {})

@@ -71,6 +71,7 @@ class WarmPool:
         self._refill_sem = asyncio.Semaphore(self.config.max_refills)
         self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closers: set[asyncio.Task[None]] = set()  # sb.close() tasks: awaited, not cancelled
 
     async def __aenter__(self) -> WarmPool:
         self._tg = asyncio.TaskGroup()
@@ -83,7 +84,8 @@ class WarmPool:
         self._closing = True
         assert self._tg is not None
         for task in list(self._tasks):
-            task.cancel()
+            if task not in self._closers:
+                task.cancel()
         try:
             await self._tg.__aexit__(t, e, tb)
         finally:
@@ -126,7 +128,12 @@ class WarmPool:
 
     def _drop_stock(self, key: str) -> None:
         for sb in self._stock.pop(key, []):
-            self._spawn(sb.close())
+            self._close_later(sb)
+
+    def _close_later(self, sb: Sandbox) -> None:
+        task = self._spawn(sb.close())
+        self._closers.add(task)
+        task.add_done_callback(self._closers.discard)
 
     # ---------------------------------------------------------------- fork
     async def fork(
@@ -144,7 +151,7 @@ class WarmPool:
                 if sb.alive:
                     out.append(sb)
                 else:
-                    self._spawn(sb.close())
+                    self._close_later(sb)
         warm = len(out)
         if warm < n:
             try:

@@ -66,21 +66,38 @@ class ExecResult:
     budget_exhausted: bool = False  # the per-episode budget ran out during this command
     stdout_truncated: bool = False
     stderr_truncated: bool = False
-    oom_killed: bool = False  # the sandbox's memory limit killed a process of this command
+    oom_killed: bool = False  # the sandbox's memory limit killed a process during this command
+    pids_limit_hit: bool = False  # the process limit refused a fork during this command
+    stall_s: float = 0.0  # wall seconds the host measurably stalled it (not billed)
+    host_stalled: bool = False  # stopped because the host stalled it too long (not the model)
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
+        return self.exit_code == 0 and not self.timed_out and not self.host_stalled
+
+    @property
+    def billed_s(self) -> float:
+        """What the model is billed (step timeout, budget): wall time minus host stall
+        (see ``rollbank.sandbox.billing``)."""
+        return max(0.0, self.duration_s - self.stall_s)
 
 
 @dataclass(frozen=True)
 class SandboxUsage:
-    """Accounting the episode layer uses to attribute failures (e.g. a fork bomb)."""
+    """Accounting the episode layer uses to attribute failures (e.g. a fork bomb).
 
-    exec_seconds: float  # total seconds spent in exec so far (what the budget charges)
+    ``memory_limit_hit`` / ``pids_limit_hit`` are the *last command's* events (the command
+    that ran when the sandbox died, or the last one run): an OOM earlier in the episode does
+    not explain a later death. The ``*_total`` counts cover the sandbox's whole life.
+    """
+
+    exec_seconds: float  # billed seconds of exec so far (what the budget charges)
     peak_memory_bytes: int | None = None
-    pids_limit_hit: bool = False
-    memory_limit_hit: bool = False
+    pids_limit_hit: bool = False  # during the last command
+    memory_limit_hit: bool = False  # during the last command
+    stall_seconds: float = 0.0  # host stall not billed, summed over commands
+    oom_kills_total: int = 0
+    pids_limit_hits_total: int = 0
 
 
 class ShellSession(Protocol):

@@ -6,15 +6,21 @@ Owns: interpreting the instructions of :mod:`rollbank.tasks.dockerfile` over a b
 ``<cache>/layers/<key>``.
 
 Semantics (what each instruction does here)
-- FROM: one stage only (``AS name`` is allowed, a second FROM is an error); mapped to a Debian
-  base, approximations reported. ``--platform`` is ignored with a note.
+- FROM: mapped to a Debian base (:mod:`rollbank.tasks.bases`), approximations reported;
+  ``--platform`` ignored. Multi-stage: every ``FROM [AS name]`` starts a stage (from a base, or
+  from an earlier stage by name); ``COPY --from=<name|index>`` copies from an earlier stage
+  (mounted read-only in the build sandbox); the last stage is the environment. The build
+  timeout covers all stages.
+- After the Dockerfile: on minimal bases (debian:*, ``-slim`` language images) the verifier
+  kit (:data:`rollbank.tasks.bases.VERIFIER_KIT`) as one more layer; ``environment/skills``
+  copied to ``[environment] skills_dir`` when both exist; ``[environment] workdir``.
 - RUN (shell form via SHELL, default ``/bin/sh -c``; exec form; here-documents), WORKDIR
   (``mkdir -p``), COPY and ADD (local files, see :mod:`rollbank.tasks.copystep`): each one
   layer.
 - ENV, ARG (defaults; no build-args), USER (later RUN steps run through ``runuser``), SHELL:
   change state only. LABEL, EXPOSE, CMD, ENTRYPOINT, STOPSIGNAL, HEALTHCHECK, VOLUME,
   MAINTAINER, ONBUILD: recorded in ``BuiltEnvironment.notes``, no effect.
-- Errors (BuildError naming Dockerfile and line): multi-stage, ``COPY --from``, ADD of a URL,
+- Errors (BuildError naming Dockerfile and line): ``COPY --from`` an image, ADD of a URL,
   unknown flags, sources missing or escaping the context, failing or timed-out RUN steps.
 
 Invariants
@@ -28,6 +34,7 @@ Invariants
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -74,6 +81,7 @@ class BuiltEnvironment:
     user: str | None = None
     notes: tuple[str, ...] = ()
     steps_built: int = 0
+    pinned_digests: tuple[str, ...] = ()  # @sha256 digests the FROM lines pinned (recorded, not pulled)
 
 
 @dataclass
@@ -91,6 +99,8 @@ class _State:
     notes: list[str] = field(default_factory=list)
     built: int = 0
     run_s: float = 0.0
+    name: str | None = None  # the stage's ``AS`` name
+    base: bases.BaseImage | None = None
 
 
 class EnvironmentBuilder:
@@ -131,57 +141,88 @@ class EnvironmentBuilder:
         st: _State | None = None
         pre_args: dict[str, str] = {}
         approximations: list[str] = []
-        base_image = ""
+        stages: dict[str, _State] = {}
         if task.dockerfile is not None and task.docker_image:
             approximations.append(f"docker_image {task.docker_image!r} ignored: built from the Dockerfile")
         deadline = task.build_timeout_s
         for ins in instructions:
+            if ins.keyword == "FROM":
+                if st is not None:  # the previous stage is complete: COPY --from and FROM may name it
+                    stages[str(len(stages))] = st
+                    if st.name:
+                        stages[st.name.lower()] = st
+                st = self._start_stage(task, ins, pre_args, file, stages, st, approximations, deadline)
+                continue
             if st is None:
                 if ins.keyword == "ARG":
                     for k, v in df.parse_key_values(ins.rest, keyword="ARG", file=file, line=ins.line):
                         pre_args[k] = df.substitute(v, pre_args)
                     continue
-                if ins.keyword != "FROM":
-                    raise BuildError(f"{ins.keyword} before FROM", file=file, line=ins.line)
-                base_image, base = self._from(ins, pre_args, file)
-                approximations += base.approximations
-                st = _State(file, base.digest, [base.path], [base.digest], global_args=dict(pre_args))
-                if PYTHON_IMAGE.search(base_image):
-                    # python:* images have `python` and `pip`; Debian has python3/pip3 only.
-                    compat = "ln -sf /usr/bin/python3 /usr/local/bin/python && ln -sf /usr/bin/pip3 /usr/local/bin/pip"
-                    self._layer(task, st, df.Instruction("RUN", compat, 0, (), compat),
-                                ["/bin/sh", "-c", compat], {"compat": compat}, deadline)
-                    st.notes.append("python image: /usr/local/bin/python and pip link to python3/pip3")
-                if (task.context_dir / ".dockerignore").exists():
-                    st.notes.append(".dockerignore is not applied (every context file is visible)")
-                continue
-            self._step(task, st, ins, deadline)
-        assert st is not None
+                raise BuildError(f"{ins.keyword} before FROM", file=file, line=ins.line)
+            self._step(task, st, ins, deadline, stages)
+        assert st is not None and st.base is not None
+        if st.base.needs_kit:
+            kit = df.Instruction("RUN", bases.VERIFIER_KIT, 0, (), bases.VERIFIER_KIT)
+            self._layer(task, st, kit, ["/bin/sh", "-c", bases.VERIFIER_KIT], {"kit": bases.VERIFIER_KIT},
+                        deadline, workdir="/", user_override=True)
+            st.notes.append("verifier kit added on top (python3, pytest 8.4.1, curl, tmux): rollbank's "
+                            "offline verifier needs them; the task's own steps ran without them")
+        if task.skills_source is not None and task.skills_dir is not None:
+            text = f"skills/ {task.skills_dir}"
+            self._copy(task, st, df.Instruction("COPY", text, 0, (), text), deadline,
+                       context=task.skills_source.parent)
+            st.notes.append(f"skills: environment/skills copied to {task.skills_dir}")
         if task.workdir is not None and task.workdir != st.workdir:
-            self._step(task, st, df.Instruction("WORKDIR", task.workdir, 0, (), task.workdir), deadline)
+            self._step(task, st, df.Instruction("WORKDIR", task.workdir, 0, (), task.workdir), deadline, stages)
         env = {**st.env, **task.env}
+        pins = tuple(dict.fromkeys(s.base.pinned_digest for s in [*stages.values(), st]
+                                   if s.base is not None and s.base.pinned_digest))
         return BuiltEnvironment(
             task_id=task.task_id, layers=tuple(st.layers), workdir=st.workdir, env=env,
-            layer_hashes=tuple(st.hashes), approximations=tuple(approximations),
-            base_image=base_image, build_s=time.monotonic() - start, cached=st.built == 0,
-            user=st.user, notes=tuple(st.notes), steps_built=st.built,
+            layer_hashes=tuple(st.hashes), approximations=tuple(dict.fromkeys(approximations)),
+            base_image=st.base.image, build_s=time.monotonic() - start, cached=st.built == 0,
+            user=st.user, notes=tuple(st.notes), steps_built=st.built, pinned_digests=pins,
         )
 
-    # ------------------------------------------------------------------ instructions
-    def _from(self, ins: df.Instruction, args: dict[str, str], file: Path) -> tuple[str, bases.BaseImage]:
+    def _start_stage(self, task: Task, ins: df.Instruction, pre_args: dict[str, str], file: Path,
+                     stages: dict[str, _State], prev: _State | None, approximations: list[str],
+                     deadline: float) -> _State:
+        """A new build stage: from a base image, or from an earlier stage (``FROM <name>``)."""
         for name, _ in ins.flags:
             if name != "platform":
                 raise BuildError(f"FROM --{name} is not supported", file=file, line=ins.line)
-        words = df.substitute(ins.rest, args).split()
+        words = df.substitute(ins.rest, pre_args).split()
         if not words or (len(words) != 1 and not (len(words) == 3 and words[1].lower() == "as")):
             raise BuildError(f"cannot parse FROM {ins.rest!r}", file=file, line=ins.line)
-        return words[0], bases.ensure_base(words[0], file=file, line=ins.line)
+        alias = words[2] if len(words) == 3 else None
+        parent = stages.get(words[0].lower())
+        if parent is not None:
+            st = dataclasses.replace(parent, layers=list(parent.layers), hashes=list(parent.hashes),
+                                     env=dict(parent.env), args={}, global_args=dict(pre_args), name=alias)
+        else:
+            base = bases.ensure_base(words[0], file=file, line=ins.line)
+            approximations += base.approximations
+            st = _State(file, base.digest, [base.path], [base.digest], global_args=dict(pre_args),
+                        env={"PATH": DEFAULT_PATH, **base.env}, name=alias, base=base)
+        if prev is not None:  # one budget, one step count and one list of notes for the build
+            st.run_s, st.built, st.notes = prev.run_s, prev.built, prev.notes
+        if parent is not None:
+            return st
+        if PYTHON_IMAGE.search(words[0]):
+            # python:* images have `python` and `pip`; Debian has python3/pip3 only.
+            compat = "ln -sf /usr/bin/python3 /usr/local/bin/python && ln -sf /usr/bin/pip3 /usr/local/bin/pip"
+            self._layer(task, st, df.Instruction("RUN", compat, 0, (), compat),
+                        ["/bin/sh", "-c", compat], {"compat": compat}, deadline)
+            st.notes.append("python image: /usr/local/bin/python and pip link to python3/pip3")
+        if (task.context_dir / ".dockerignore").exists() and not prev:
+            st.notes.append(".dockerignore is not applied (every context file is visible)")
+        return st
 
-    def _step(self, task: Task, st: _State, ins: df.Instruction, budget: float) -> None:
+    # ------------------------------------------------------------------ instructions
+    def _step(self, task: Task, st: _State, ins: df.Instruction, budget: float,
+              stages: dict[str, _State]) -> None:
         kw, file, line = ins.keyword, st.file, ins.line
         scope = {**st.args, **st.env}
-        if kw == "FROM":
-            raise BuildError("multi-stage builds (a second FROM) are not supported", file=file, line=line)
         if kw == "ENV":
             for k, v in df.parse_key_values(ins.args, keyword="ENV", file=file, line=line):
                 st.env[k] = df.substitute(v, {**st.args, **st.env})
@@ -209,7 +250,12 @@ class EnvironmentBuilder:
         elif kw == "RUN":
             self._run(task, st, ins, budget)
         elif kw in ("COPY", "ADD"):
-            self._copy(task, st, ins, budget)
+            source = dict(ins.flags).get("from")
+            stage = stages.get(df.substitute(source, scope).lower()) if source is not None else None
+            if stage is not None:
+                self._copy_from(task, st, ins, budget, stage)
+            else:
+                self._copy(task, st, ins, budget)
 
     def _run(self, task: Task, st: _State, ins: df.Instruction, budget: float) -> None:
         for name, _ in ins.flags:
@@ -226,10 +272,18 @@ class EnvironmentBuilder:
             argv = ["runuser", "-u", st.user, "--", *argv]
         self._layer(task, st, ins, argv, {"argv": argv}, budget)
 
-    def _copy(self, task: Task, st: _State, ins: df.Instruction, budget: float) -> None:
+    def _copy_from(self, task: Task, st: _State, ins: df.Instruction, budget: float, stage: _State) -> None:
+        plan = copystep.plan_from(ins, stage_key=stage.key, workdir=st.workdir,
+                                  scope={**st.args, **st.env}, file=st.file)
+        self._layer(task, st, ins, ["/bin/sh", "-c", "\n".join(plan.script)],
+                    {"dest": plan.dest, "sources": plan.digest, "script": plan.script}, budget,
+                    workdir="/", stages=[(stage.layers, copystep.FROM)])
+
+    def _copy(self, task: Task, st: _State, ins: df.Instruction, budget: float,
+              context: Path | None = None) -> None:
         scratch = self._scratch_dir()
         try:
-            plan = copystep.plan(ins, context=task.context_dir, stage=scratch / "stage",
+            plan = copystep.plan(ins, context=context or task.context_dir, stage=scratch / "stage",
                                  workdir=st.workdir, scope={**st.args, **st.env}, file=st.file)
             self._layer(task, st, ins, ["/bin/sh", "-c", "\n".join(plan.script)],
                         {"dest": plan.dest, "sources": plan.digest, "script": plan.script}, budget,
@@ -261,15 +315,16 @@ class EnvironmentBuilder:
 
     def _layer(self, task: Task, st: _State, ins: df.Instruction, argv: list[str],
                what: dict[str, object], budget: float, *, workdir: str | None = None,
-               binds: list[tuple[Path, str]] | None = None, scratch: Path | None = None) -> None:
+               binds: list[tuple[Path, str]] | None = None, scratch: Path | None = None,
+               stages: list[tuple[list[Path], str]] | None = None, user_override: bool = False) -> None:
         env = {"HOME": "/root", "DEBIAN_FRONTEND": "noninteractive", **st.args, **st.env}
         step_workdir = workdir or st.workdir
         desc = {"parent": st.key, "keyword": ins.keyword, "what": what, "env": sorted(env.items()),
-                "user": st.user, "workdir": step_workdir}
+                "user": None if user_override else st.user, "workdir": step_workdir}
         key = hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[:32]
         target = self.root / key
         if not target.exists():
-            self._build_layer(task, st, ins, key, argv, env, step_workdir, budget, binds, scratch)
+            self._build_layer(task, st, ins, key, argv, env, step_workdir, budget, binds, scratch, stages)
         st.key = key
         st.hashes.append(key)
         if (self.root / f"{key}.json").exists() and json.loads((self.root / f"{key}.json").read_text()).get("empty"):
@@ -278,7 +333,8 @@ class EnvironmentBuilder:
 
     def _build_layer(self, task: Task, st: _State, ins: df.Instruction, key: str, argv: list[str],
                      env: dict[str, str], workdir: str, budget: float,
-                     binds: list[tuple[Path, str]] | None, scratch: Path | None) -> None:
+                     binds: list[tuple[Path, str]] | None, scratch: Path | None,
+                     stages: list[tuple[list[Path], str]] | None = None) -> None:
         target = self.root / key
         locks = self.root / ".locks"
         locks.mkdir(exist_ok=True)
@@ -296,7 +352,7 @@ class EnvironmentBuilder:
                 res = buildsandbox.run_step(lowers=st.layers, scratch=work, argv=argv, env=env,
                                             workdir=workdir, timeout_s=remaining, binds=binds or (),
                                             network=self.config.network, shims=self._shims(),
-                                            log=work / "log")
+                                            log=work / "log", stages=stages or ())
                 st.run_s += res.duration_s
                 where = f"{ins.keyword} {ins.args[:120]}"
                 if res.timed_out:

@@ -33,6 +33,14 @@ from rollbank.errors import BuildError
 from rollbank.tasks.shims import BUILD_SHIM_DIR
 
 RESOLV = Path("/etc/resolv.conf")
+#: The host's CA bundle (its egress proxy's CA included), bound read-only into every build step
+#: under /dev (a tmpfs of the step: the mount point never reaches a layer) and named by the
+#: variables below, so registries are reachable whatever the image's own trust store holds —
+#: without installing anything into the task's package state.
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+STEP_CA = "/dev/rollbank-ca.crt"
+CA_VARS = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+           "NODE_EXTRA_CA_CERTS", "CARGO_HTTP_CAINFO", "npm_config_cafile")
 #: Docker's default capability set: what `docker build` grants RUN steps. Not ALL: a step runs
 #: as the host's real root and must not load modules, mount, or change host-wide sysctls.
 DOCKER_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
@@ -68,6 +76,7 @@ def run_step(
     network: bool = True,
     shims: Path | None = None,
     log: Path,
+    stages: Sequence[tuple[Sequence[Path], str]] = (),
 ) -> StepResult:
     """Run ``argv`` over ``lowers`` (lowest first); writes land in ``scratch/upper``.
 
@@ -75,6 +84,8 @@ def run_step(
     step when binds are given, so the mount points never reach the layer). ``shims`` is bound
     at :data:`~rollbank.tasks.shims.BUILD_SHIM_DIR` and put first on PATH (not part of the
     layer key: it changes how the registries are reached, not what is asked for).
+    ``stages`` are earlier build stages (their layers, lowest first) mounted read-only at the
+    given path (under ``/run``) for ``COPY --from``.
     """
     check_tools()
     upper, work, merged = scratch / "upper", scratch / "work", scratch / "merged"
@@ -102,14 +113,29 @@ def run_step(
         env.setdefault("UV_NATIVE_TLS", "1")
     if RESOLV.exists():
         bwrap += ["--ro-bind", str(RESOLV.resolve()), "/etc/resolv.conf"]
-    if binds:
+    if network and HOST_CA_BUNDLE.exists():
+        bwrap += ["--ro-bind", str(HOST_CA_BUNDLE.resolve()), STEP_CA]
+        for var in CA_VARS:
+            env.setdefault(var, STEP_CA)
+    pre = ""
+    if binds or stages:
         bwrap += ["--tmpfs", "/run"]
         for src, dst in binds:
             bwrap += ["--ro-bind", str(src), dst]
+        for i, (stage_lowers, dst) in enumerate(stages):
+            if len(stage_lowers) == 1:  # overlayfs needs two lower layers without an upper one
+                bwrap += ["--ro-bind", str(stage_lowers[0]), dst]
+                continue
+            mnt = scratch / f"stage{i}"
+            mnt.mkdir(parents=True, exist_ok=True)
+            lowers_i = ":".join(os.path.relpath(p, base) for p in reversed(list(stage_lowers)))
+            pre += (f"mount -t overlay overlay -o {shlex.quote('lowerdir=' + lowers_i)} "
+                    f"{shlex.quote(str(mnt))} && ")
+            bwrap += ["--ro-bind", str(mnt), dst]
     for k, v in env.items():
         bwrap += ["--setenv", k, v]
     bwrap += ["--chdir", workdir, "--", *argv]
-    script = (f"mount -t overlay overlay -o {shlex.quote(opts)} {shlex.quote(str(merged))} "
+    script = (f"{pre}mount -t overlay overlay -o {shlex.quote(opts)} {shlex.quote(str(merged))} "
               f"&& exec {shlex.join(bwrap)}")
     cmd = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script]
     start = time.monotonic()

@@ -11,7 +11,10 @@ ending in ``/`` make DEST a directory; a single file goes to DEST, or into it wh
 existing directory. Relative DEST is relative to WORKDIR. Globs are expanded in the context.
 Files from the context belong to root (``--chown`` / ``--chmod`` applied to what was copied);
 ADD extracts a local tar archive (``.tar``, ``.tar.gz``, ``.tgz``, ``.tar.bz2``, ``.tar.xz``)
-keeping its owners; ADD of a URL, ``--from`` and unknown flags are errors.
+keeping its owners; ``COPY --from=<stage>`` copies from an earlier stage of the same
+Dockerfile (:func:`plan_from`: that stage's filesystem is mounted read-only at :data:`FROM`,
+sources are resolved and globbed there); ADD of a URL, ``--from`` an image, and unknown flags
+are errors.
 
 Invariants: a source that escapes the context (``..``, absolute, or through a symlink) is a
 :class:`~rollbank.errors.BuildError` naming the file and line; the layer key covers every byte
@@ -31,7 +34,7 @@ from pathlib import Path
 from rollbank.errors import BuildError
 from rollbank.tasks import dockerfile as df
 
-CTX, STAGE = "/run/rollbank-ctx", "/run/rollbank-stage"
+CTX, STAGE, FROM = "/run/rollbank-ctx", "/run/rollbank-stage", "/run/rollbank-from"
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 FLAGS = {"chown", "chmod", "link"}
 
@@ -50,7 +53,8 @@ def plan(ins: df.Instruction, *, context: Path, stage: Path, workdir: str,
     flags = dict(ins.flags)
     for name in flags:
         if name == "from":
-            raise BuildError(f"{kw} --from (multi-stage) is not supported", file=file, line=line)
+            raise BuildError(f"{kw} --from: no earlier stage named {flags[name]!r} (images cannot "
+                             "be pulled)", file=file, line=line)
         if name not in FLAGS:
             raise BuildError(f"{kw} --{name} is not supported", file=file, line=line)
     words = [df.substitute(w, scope) for w in df.split_words(ins.rest, keyword=kw, file=file, line=line)]
@@ -105,6 +109,55 @@ def plan(ins: df.Instruction, *, context: Path, stage: Path, workdir: str,
                 script.append(targets.replace("%s", f"{cmd} {_q(df.substitute(flags[flag], scope))}"))
     h.update(json.dumps(sorted(flags.items())).encode())
     return CopyPlan(script, h.hexdigest(), dest, [(ctx, CTX), (stage, STAGE)])
+
+
+def plan_from(ins: df.Instruction, *, stage_key: str, workdir: str, scope: dict[str, str],
+              file: Path) -> CopyPlan:
+    """``COPY --from=<stage>``: copy from the stage mounted at :data:`FROM` inside the sandbox.
+
+    The digest is the stage's final layer key plus the instruction, which fixes the content.
+    """
+    kw, line = ins.keyword, ins.line
+    flags = dict(ins.flags)
+    if kw != "COPY":
+        raise BuildError("ADD --from is not supported (Docker has no such flag)", file=file, line=line)
+    for name in flags:
+        if name not in FLAGS | {"from"}:
+            raise BuildError(f"{kw} --{name} is not supported", file=file, line=line)
+    words = [df.substitute(w, scope) for w in df.split_words(ins.rest, keyword=kw, file=file, line=line)]
+    if len(words) < 2:
+        raise BuildError(f"{kw} needs a source and a destination", file=file, line=line)
+    dest = words[-1] if words[-1].startswith("/") else posixpath.join(workdir, words[-1])
+    into_dir = words[-1].endswith("/") or len(words) > 2
+    dest = posixpath.normpath(dest)
+    fix_dir = fix_file = ""
+    for flag, cmd in (("chown", "chown -h"), ("chmod", "chmod")):
+        if flags.get(flag):
+            arg = _q(df.substitute(flags[flag], scope))
+            fix_dir += f"; (cd \"$s\" && find . -mindepth 1) | (cd {_q(dest)} && xargs -r -d '\\n' {cmd} {arg})"
+            fix_file += f"; {cmd} {arg} \"$t\""
+    script = ["set -e"]
+    for src in words[:-1]:
+        norm = posixpath.normpath("/" + src.lstrip("/"))
+        # Globs expand inside the stage; a source matching nothing is an error, as in Docker.
+        script.append(f"set -- {FROM}{_glob_quote(norm)}; [ -e \"$1\" ] || [ -L \"$1\" ] || "
+                      f"{{ echo {_q(f'COPY --from: {src} not found in the stage')} >&2; exit 1; }}")
+        script.append(
+            'for s in "$@"; do '
+            f'if [ -d "$s" ] && [ ! -L "$s" ]; then mkdir -p {_q(dest)} && cp -a "$s/." {_q(dest + "/")}{fix_dir}; '
+            f'elif [ {"1" if into_dir else "0"} = 1 ] || [ "$#" -gt 1 ] || [ -d {_q(dest)} ]; then '
+            f'mkdir -p {_q(dest)} && cp -a "$s" {_q(dest + "/")}; t={_q(dest)}/"$(basename "$s")"{fix_file}; '
+            f'else mkdir -p "$(dirname {_q(dest)})" && cp -a "$s" {_q(dest)}; t={_q(dest)}{fix_file}; fi; done')
+    digest = hashlib.sha256(json.dumps([stage_key, ins.args, sorted(flags.items())]).encode()).hexdigest()
+    return CopyPlan(script, digest, dest, [])
+
+
+def _glob_quote(path: str) -> str:
+    """Quote ``path`` for sh, leaving glob characters (``* ? [``) active."""
+    out = []
+    for ch in path:
+        out.append(ch if ch in "*?[]" or ch.isalnum() or ch in "/._-+" else "\\" + ch)
+    return "".join(out)
 
 
 def expand(ctx: Path, src: str, kw: str, file: Path, line: int) -> list[Path]:

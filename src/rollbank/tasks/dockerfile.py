@@ -16,7 +16,7 @@ Accepted syntax
 
 Invariants
 - Every error is a :class:`~rollbank.errors.BuildError` naming the file and line.
-- Supported instructions: FROM (one stage; ``AS name`` allowed), RUN, COPY, ADD, WORKDIR, ENV,
+- Supported instructions: FROM (``AS name`` allowed; stages are the builder's), RUN, COPY, ADD, WORKDIR, ENV,
   ARG, USER, SHELL; recorded only: LABEL, EXPOSE, CMD, ENTRYPOINT, STOPSIGNAL, HEALTHCHECK,
   VOLUME, MAINTAINER, ONBUILD (no effect on the filesystem, noted). Anything else is an error.
 """

@@ -15,9 +15,10 @@ Invariants
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from rollbank.errors import TaskError
+from rollbank.errors import InputError, TaskError
 from rollbank.tasks import harbor, tbench
 from rollbank.tasks.folder import LoaderConfig
 from rollbank.tasks.model import Task
@@ -41,8 +42,6 @@ def load_task(path: Path | str, config: LoaderConfig | None = None) -> Task:
     if harbor.is_harbor(p):
         if not (p / "task.toml").is_file():
             raise TaskError("required file is missing", file=p / "task.toml")
-        if not (p / "instruction.md").is_file():
-            raise TaskError("required file is missing", file=p / "instruction.md")
         return harbor.load(p, config)
     raise TaskError("not a task folder (no task.toml, instruction.md or task.yaml)", file=p)
 
@@ -79,3 +78,43 @@ def load_tasks(paths: Sequence[Path | str], config: LoaderConfig | None = None) 
             raise TaskError(f"duplicate task id {t.task_id!r} (also {seen[t.task_id]})", file=t.path)
         seen[t.task_id] = t.path
     return tasks
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A PATH (or one task folder under it) that did not load, and why."""
+
+    path: Path
+    error: InputError
+
+    @property
+    def task_id(self) -> str:
+        return self.path.name
+
+
+def load_each(paths: Sequence[Path | str], config: LoaderConfig | None = None) -> list[Task | LoadFailure]:
+    """Load every task under ``paths``, going on past bad ones (``rollbank tasks validate``).
+
+    Each PATH that cannot be expanded, each task folder that fails to load and each duplicate
+    task id is a :class:`LoadFailure` in its place; the others are loaded tasks, in order.
+    """
+    out: list[Task | LoadFailure] = []
+    seen: dict[str, Path] = {}
+    for raw in paths:
+        try:
+            folders = resolve_paths([raw])
+        except InputError as exc:
+            out.append(LoadFailure(Path(raw), exc))
+            continue
+        for folder_path in folders:
+            try:
+                task = load_task(folder_path, config)
+                if task.task_id in seen:
+                    raise TaskError(f"duplicate task id {task.task_id!r} (also {seen[task.task_id]})",
+                                    file=task.path)
+            except InputError as exc:
+                out.append(LoadFailure(folder_path, exc))
+                continue
+            seen[task.task_id] = task.path
+            out.append(task)
+    return out

@@ -30,9 +30,11 @@ from pathlib import Path
 from types import TracebackType
 
 from rollbank.errors import IsolationUnavailableError, SandboxError, SandboxStartError
-from rollbank.sandbox.local.cgroups import CgroupLayout, owner_alive, owner_tag, reap_dead_owners
+from rollbank.sandbox.local.cgroups import CgroupLayout, owner_alive, owner_tag
 from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.helper import helper_path
+from rollbank.sandbox.local.proc import await_exit
+from rollbank.sandbox.local.reaper import reap_dead_owners
 from rollbank.sandbox.local.runtime import (
     NSENTER,
     SETPRIV_IN_SANDBOX,
@@ -167,15 +169,15 @@ class LocalBackend:
                 sandbox_id=sbid, spec=replace(spec, limits=lim), backend=self, init=init,
                 anchor_pid=anchor, cgroup=cg, mount_dir=self.mount_dir, rlimits=rl,
                 drop_caps=drop, budget_s=budget_s, helper=self._helper, rlimit_vals=rv,
+                max_host_stall_s=self.config.max_host_stall_s,
             )
         except BaseException:
-            cg.kill()
+            await cg.akill()
             if init is not None:
                 with contextlib.suppress(OSError):
                     init.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    init.wait(timeout=5)
-            cg.remove()
+                await await_exit(init, 5.0)
+            await asyncio.to_thread(cg.remove)
             raise
         self._sandboxes[sbid] = sb
         return sb
@@ -232,9 +234,10 @@ class LocalBackend:
         for sb in list(self._sandboxes.values()):
             await sb.close()
         self._snapshots.clear()
-        shutil.rmtree(self._owner_dir, ignore_errors=True)
+        # file-tree and cgroup removal block (memory cgroups offline slowly): off the loop
+        await asyncio.to_thread(shutil.rmtree, self._owner_dir, True)
         if self._layout is not None:
-            self._layout.remove_owner_dirs()
+            await asyncio.to_thread(self._layout.remove_owner_dirs)
         self._closed = True
 
     async def __aenter__(self) -> LocalBackend:

@@ -14,8 +14,11 @@ tree is killed without touching the rest of the sandbox.
 Invariants
 - A sandbox's processes are placed in its groups by the process itself *before* it execs
   anything (shell ``echo $$ > cgroup.procs``), so no child escapes accounting.
-- :meth:`SandboxCgroup.kill` returns only when no process of the sandbox remains.
-- :func:`reap_dead_owners` removes groups whose owner process no longer exists.
+- :meth:`SandboxCgroup.akill` returns only when no process of the sandbox remains.
+- No method that waits blocks the event loop: freeze/kill are async (``asyncio.sleep``
+  polling of ``cgroup.events``); only ``reaper.reap_dead_owners``, which runs in a worker
+  thread at backend start, waits synchronously.
+- ``reaper.reap_dead_owners`` removes groups whose owner process no longer exists.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollbank.errors import IsolationUnavailableError
+from rollbank.sandbox.billing import StallReading
 
 ROOT = Path("/sys/fs/cgroup")
 KILL_WAIT_S = 10.0  # how long kill() keeps signalling until the sandbox's processes are gone
@@ -180,14 +184,6 @@ class SandboxCgroup:
             files.append(self.v2 / name / "cgroup.procs")
         return name, files
 
-    def kill_exec_group(self, name: str) -> None:
-        if self.v2 is None:
-            return  # caller falls back to killing the process group
-        g = self.v2 / name
-        _kill_v2(g)
-        with contextlib.suppress(OSError):
-            g.rmdir()
-
     def drop_exec_group(self, name: str) -> None:
         if self.v2 is not None:
             with contextlib.suppress(OSError):
@@ -246,74 +242,109 @@ class SandboxCgroup:
                 out += [int(x) for x in f.read_text().split()]
         return out
 
+    def reading(self, group: str | None, now: float) -> StallReading:
+        """Cumulative stall/event counters for billing (``group``: a per-command group name,
+        None for the whole sandbox); counters this kernel lacks read as 0."""
+        g = (self.v2 / group if group else self.v2) if self.v2 is not None else None
+        frozen = _kv(g / "cgroup.stat.local" if g else None).get("frozen_usec", 0) / 1e6
+        full = 0.0
+        if g is not None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                line = _read(g / "cpu.pressure").splitlines()[1]  # "full ... total=N"
+                full = int(line.rsplit("total=", 1)[1]) / 1e6
+        if self.pure_v2:
+            throttled = _kv(self.v2 / "cpu.stat" if self.v2 else None).get("throttled_usec", 0) / 1e6
+        else:
+            throttled = _kv(self.v1["cpu"] / "cpu.stat").get("throttled_time", 0) / 1e9
+        return StallReading(t=now, frozen_s=frozen, cpu_full_s=full, throttled_s=throttled,
+                            oom_kills=self.oom_kills(), pids_hits=self.pids_limit_hits())
+
     # ---------------------------------------------------------------- freeze / kill / remove
-    def freeze(self, frozen: bool) -> None:
+    # Only async versions for the sandbox's own groups: every caller is on the event loop.
+    async def afreeze(self, frozen: bool) -> None:
+        """Freeze (or thaw) every process of the sandbox; return once the kernel says so."""
         if self.v2 is not None:
             (self.v2 / "cgroup.freeze").write_text("1" if frozen else "0")
-            want = "frozen 1" if frozen else "frozen 0"
-            for _ in range(2000):
-                if want in (self.v2 / "cgroup.events").read_text():
-                    return
-                time.sleep(0.0005)
+            await _await_events(self.v2, "frozen 1" if frozen else "frozen 0", limit_s=1.0)
             return
         if "freezer" in self.v1:
             (self.v1["freezer"] / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
 
-    def kill(self) -> None:
-        """SIGKILL every process of the sandbox; return when none is left."""
-        if self.v2 is not None:
-            _kill_v2(self.v2)
-        deadline = time.monotonic() + KILL_WAIT_S  # a loaded host can take seconds to reap
-        while True:
-            pids = self.pids()
-            if not pids or time.monotonic() > deadline:
-                return
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, 9)
-            time.sleep(0.005)
-
     async def akill(self) -> None:
-        """:meth:`kill` without blocking the event loop while the kernel delivers SIGKILL."""
+        """SIGKILL every process of the sandbox; return when none is left (or after
+        ``KILL_WAIT_S`` on a host too loaded to reap them), never blocking the event loop."""
+        seen = set(self.pids())
         if self.v2 is not None:
             with contextlib.suppress(OSError):
                 (self.v2 / "cgroup.kill").write_text("1")
-            delay = 0.0002
-            for _ in range(200):
-                try:
-                    if "populated 0" in (self.v2 / "cgroup.events").read_text():
-                        break
-                except OSError:
-                    break
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.01)
-        self.kill()  # no-op when already empty; the v1 fallback otherwise
+            await _await_events(self.v2, "populated 0", limit_s=2.0)
+        deadline = time.monotonic() + KILL_WAIT_S  # the v1 fallback (and stragglers)
+        delay = 0.0005
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            seen.update(pids)
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, 9)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        # a process leaves its cgroup a moment before it has finished exiting
+        while (seen := {p for p in seen if _running(p)}) and time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    async def akill_exec_group(self, name: str) -> None:
+        """Kill one command's group (everything it spawned) and remove it."""
+        if self.v2 is None:
+            return  # caller falls back to killing the process group
+        g = self.v2 / name
+        with contextlib.suppress(OSError):
+            (g / "cgroup.kill").write_text("1")
+        await _await_events(g, "populated 0", limit_s=1.0)
+        with contextlib.suppress(OSError):
+            g.rmdir()
 
     def remove(self) -> None:
         for p in [*self.v1.values(), *([self.v2] if self.v2 else [])]:
             _rmtree_cgroup(p)
 
 
-def _kill_v2(group: Path) -> None:
-    kill = group / "cgroup.kill"
-    if not kill.exists():
-        return
-    with contextlib.suppress(OSError):
-        kill.write_text("1")
-    for _ in range(2000):
+async def _await_events(group: Path, want: str, *, limit_s: float) -> None:
+    """Poll ``cgroup.events`` with asyncio sleeps until it shows ``want`` (or ``limit_s``)."""
+    deadline = time.monotonic() + limit_s
+    delay = 0.0002
+    while time.monotonic() < deadline:
         try:
-            if "populated 0" in (group / "cgroup.events").read_text():
+            if want in (group / "cgroup.events").read_text():
                 return
         except OSError:
             return
-        time.sleep(0.0005)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.01)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (it has not finished exiting)."""
+    try:
+        stat = _read(Path(f"/proc/{pid}/stat"))
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] not in (["Z"], ["X"])
+
+
+def _read(path: Path) -> str:
+    """A small kernel file in one read (cheaper than ``Path.read_text``: read per command)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096).decode()
+    finally:
+        os.close(fd)
 
 
 def _kv(path: Path | None) -> dict[str, int]:
     if path is None:
         return {}
     try:
-        text = path.read_text()
+        text = _read(path)
     except OSError:
         return {}
     out: dict[str, int] = {}
@@ -349,35 +380,3 @@ def _rmtree_cgroup(path: Path) -> None:
             _rmtree_cgroup(Path(entry.path))
     with contextlib.suppress(OSError):
         path.rmdir()
-
-
-def reap_dead_owners() -> int:
-    """Kill and remove sandbox groups of orchestrators that died; return groups reaped."""
-    reaped = 0
-    hierarchies: list[tuple[Path, bool]] = []
-    if (ROOT / "cgroup.controllers").exists():
-        hierarchies.append((ROOT / "rollbank", True))
-    else:
-        if (ROOT / "unified" / "cgroup.procs").exists():
-            hierarchies.append((ROOT / "unified" / _own_path(None).lstrip("/") / "rollbank", True))
-        for ctrl in (*V1_CONTROLLERS, "freezer"):
-            hierarchies.append((ROOT / ctrl / _own_path(ctrl).lstrip("/") / "rollbank", False))
-    for base, is_v2 in hierarchies:
-        if not base.is_dir():
-            continue
-        for owner in base.iterdir():
-            if not owner.is_dir() or not owner.name.startswith("o") or owner_alive(owner.name):
-                continue
-            for sb in [p for p in owner.iterdir() if p.is_dir()]:
-                if is_v2:
-                    _kill_v2(sb)
-                else:
-                    with contextlib.suppress(OSError):
-                        (sb / "freezer.state").write_text("THAWED")
-                    for f in sb.rglob("cgroup.procs"):
-                        with contextlib.suppress(OSError, ValueError):
-                            for pid in f.read_text().split():
-                                os.kill(int(pid), 9)
-                reaped += 1
-            _rmtree_cgroup(owner)
-    return reaped

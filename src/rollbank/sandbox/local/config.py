@@ -66,3 +66,9 @@ class LocalSandboxConfig(Section):
         description="On backend start, kill cgroups and delete snapshots left behind by "
         "orchestrators that died (SIGKILL) without cleaning up.",
     )
+    max_host_stall_s: float = Field(
+        default=600.0, gt=0,
+        description="Host stall (seconds a command's cgroup was frozen or all its tasks waited "
+        "for a CPU) credited to one command; the model is never billed for it. A command stalled "
+        "longer is stopped as host_stalled (infra), not timed out.",
+    )

@@ -15,13 +15,56 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from rollbank.sandbox.billing import Bill, BilledDeadline, StallReading, Verdict, bill
 from rollbank.sandbox.protocol import TRUNCATION_MARKER
+
+Meter = Callable[[], StallReading]  # reads the command's cgroup counters now
+Killer = Callable[[subprocess.Popen[bytes]], Awaitable[None] | None]
+#: Default cap on the host stall credited to one command (see ``rollbank.sandbox.billing``).
+MAX_HOST_STALL_S = 600.0
+
+
+def wall_meter() -> StallReading:
+    """A meter that sees no stall: billing falls back to wall time."""
+    return StallReading(time.monotonic())
+
+
+async def await_exit(proc: subprocess.Popen[bytes], limit_s: float) -> int | None:
+    """``proc.wait(timeout)`` without blocking the event loop (asyncio-sleep polling)."""
+    deadline = time.monotonic() + limit_s
+    delay = 0.0005
+    while (rc := proc.poll()) is None and time.monotonic() < deadline:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return rc
+
+
+async def wait_billed(
+    done: asyncio.Future[Any], deadline: BilledDeadline, meter: Meter
+) -> Verdict | None:
+    """Wait for ``done`` until the command's *billed* time reaches the deadline.
+
+    Returns None when ``done`` completed, else :attr:`Verdict.TIMED_OUT` or
+    :attr:`Verdict.HOST_STALLED` (``done`` is left running; the caller kills).
+    """
+    wait = deadline.first_wait()
+    while True:
+        try:
+            await asyncio.wait_for(asyncio.shield(done), wait)
+            return None
+        except TimeoutError:
+            decision = deadline.check(meter())
+            if decision.verdict is not Verdict.WAIT:
+                return decision.verdict
+            wait = decision.wait_s
 
 #: After the process exits, how long to wait for pipes still held by background children.
 PIPE_GRACE_S = 0.05
@@ -71,7 +114,9 @@ class ProcessResult:
     stdout: BoundedBuffer
     stderr: BoundedBuffer
     duration_s: float
-    deadline_hit: bool
+    deadline_hit: bool  # the command's billed time reached the deadline
+    bill: Bill | None = None
+    host_stalled: bool = False  # killed because the host stalled it beyond the cap
 
 
 async def run_process(
@@ -81,12 +126,16 @@ async def run_process(
     stdin: bytes | None,
     limit: int,
     deadline_s: float | None,
-    kill: Callable[[subprocess.Popen[bytes]], None],
+    kill: Killer,
     on_spawn: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    meter: Meter = wall_meter,
+    max_host_stall_s: float = MAX_HOST_STALL_S,
 ) -> ProcessResult:
-    """Run ``argv``; on deadline call ``kill(proc)``; capture bounded stdout/stderr."""
+    """Run ``argv``; when its billed time (``meter``; wall time by default) reaches
+    ``deadline_s`` call ``kill(proc)`` (sync or async); capture bounded stdout/stderr."""
     loop = asyncio.get_running_loop()
     t0 = time.monotonic()
+    start = meter()
     # Popen (fork+exec, ~1 ms) watched by a pidfd: no child-watcher threads.
     proc = subprocess.Popen(  # noqa: ASYNC220
         list(argv),
@@ -136,14 +185,18 @@ async def run_process(
     writer: asyncio.Task[None] | None = None
     if stdin:
         writer = asyncio.create_task(_feed_stdin(proc, stdin))
-    deadline_hit = False
+    deadline_hit = stalled = False
+    end: StallReading | None = None
     try:
-        try:
-            await asyncio.wait_for(asyncio.shield(exited), deadline_s)
-        except TimeoutError:
-            deadline_hit = True
-            kill(proc)
+        verdict = await wait_billed(exited, BilledDeadline(start, deadline_s, max_host_stall_s), meter)
+        if verdict is not None:
+            end = meter()  # before the kill: the bill ends where the deadline fired
+            deadline_hit = verdict is Verdict.TIMED_OUT
+            stalled = verdict is Verdict.HOST_STALLED
+            await _call(kill, proc)
             await exited
+        else:
+            end = meter()
         # Background children may keep the pipes open: give them a moment, then stop reading.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*eofs), PIPE_GRACE_S)
@@ -161,7 +214,7 @@ async def run_process(
         for fd in (*fds, pidfd):
             loop.remove_reader(fd)
         if not exited.done():
-            kill(proc)
+            await _call(kill, proc)
         if writer is not None:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, OSError):
@@ -171,8 +224,17 @@ async def run_process(
                 with contextlib.suppress(OSError):
                     pipe.close()
         os.close(pidfd)
-        returncode = proc.wait()
-    return ProcessResult(returncode, bufs[0], bufs[1], time.monotonic() - t0, deadline_hit)
+        rc = await await_exit(proc, 10.0)  # already exited (or killed): no blocking wait
+        returncode = proc.wait() if rc is None else rc
+    b = bill(start, end) if end is not None else None
+    return ProcessResult(returncode, bufs[0], bufs[1], time.monotonic() - t0, deadline_hit,
+                         b, stalled)
+
+
+async def _call(kill: Killer, proc: subprocess.Popen[bytes]) -> None:
+    r = kill(proc)
+    if inspect.isawaitable(r):
+        await r
 
 
 async def _feed_stdin(proc: subprocess.Popen[bytes], data: bytes) -> None:

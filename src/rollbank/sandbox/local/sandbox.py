@@ -8,8 +8,15 @@ Invariants
   :class:`~rollbank.errors.SandboxDiedError`.
 - Every command runs in its own cgroup below the sandbox's; a step timeout kills that whole
   group (the command and everything it spawned, daemons included).
-- The per-episode budget charges the wall time of ``exec`` and shell commands only (not file
-  transfers); a command is cut when the budget runs out and flagged ``budget_exhausted``.
+- Time is billed as :mod:`rollbank.sandbox.billing` says: a command's wall time minus what
+  the host measurably stalled it (its cgroup frozen, or all its tasks waiting for a CPU,
+  its own CPU-quota throttling excluded). Step timeouts and the per-episode budget are in
+  billed seconds; only ``exec`` and shell commands are billed (not file transfers); a command
+  cut by the budget is flagged ``budget_exhausted``; one stalled by the host beyond
+  ``max_host_stall_s`` is killed and flagged ``host_stalled``.
+- OOM kills and process-limit refusals are counted per command (deltas of the sandbox's
+  counters around it): :meth:`usage` reports the last command's, so an earlier OOM never
+  explains a later death.
 - ``close`` kills every process of the sandbox (cgroup kill), reaps the anchor, removes the
   cgroups; the mounts die with the sandbox's mount namespace. Idempotent.
 """
@@ -25,14 +32,22 @@ import signal
 import subprocess
 import tarfile
 import tempfile
+import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollbank.errors import SandboxDiedError, SandboxError
+from rollbank.sandbox.billing import Bill
 from rollbank.sandbox.local.cgroups import SandboxCgroup
-from rollbank.sandbox.local.proc import ProcessResult, run_process
+from rollbank.sandbox.local.proc import (
+    MAX_HOST_STALL_S,
+    Meter,
+    ProcessResult,
+    await_exit,
+    run_process,
+)
 from rollbank.sandbox.local.runtime import DEFAULT_PATH, exec_argv
 from rollbank.sandbox.local.shell import LocalShellSession
 from rollbank.sandbox.local.snapshot import LocalSnapshot, copy_tree
@@ -69,6 +84,7 @@ class LocalSandbox:
         budget_s: float | None,
         helper: Path | None = None,
         rlimit_vals: tuple[str, str] = ("1024", str(1 << 30)),
+        max_host_stall_s: float = MAX_HOST_STALL_S,
     ) -> None:
         self._id = sandbox_id
         self.spec = spec
@@ -83,9 +99,14 @@ class LocalSandbox:
         self._drop_caps = drop_caps
         self._budget = budget_s
         self._exec_s = 0.0
+        self._stall_s = 0.0
+        self._max_stall = max_host_stall_s
         self._closed = False
+        self._teardown: asyncio.Future[None] | None = None
         self._shells: list[LocalShellSession] = []
         self._oom_base = cgroup.oom_kills()
+        self._pids_base = cgroup.pids_limit_hits()
+        self._last: Bill | None = None  # the last command's bill (its OOM / pids events)
 
     # ---------------------------------------------------------------- identity / state
     @property
@@ -100,11 +121,22 @@ class LocalSandbox:
     def alive(self) -> bool:
         if self._closed or self._init.poll() is not None:
             return False
-        try:
-            os.kill(self.anchor_pid, 0)
+        try:  # a dying anchor (exiting, or a zombie bwrap has not reaped) is not alive
+            stat = Path(f"/proc/{self.anchor_pid}/stat").read_bytes()
         except OSError:
             return False
-        return True
+        return stat.rsplit(b")", 1)[-1].split()[:1] not in ([b"Z"], [b"X"]) and not (
+            _exiting(stat))
+
+    async def _settled_alive(self, res: ProcessResult) -> bool:
+        """``alive``, after a SIGKILLed command gave a dying sandbox a moment to show it
+        (the host killing the sandbox kills the command first)."""
+        if res.returncode in (-9, 137) and not res.deadline_hit and not res.host_stalled:
+            for _ in range(20):
+                if not self.alive:
+                    return False
+                await asyncio.sleep(0.01)
+        return self.alive
 
     def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
         env = {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb"}
@@ -114,7 +146,8 @@ class LocalSandbox:
         return env
 
     def _charge(self, used: float, timeout_s: float | None) -> tuple[float | None, bool]:
-        """Add ``used`` seconds; return (deadline for the next command, budget is binding)."""
+        """Add ``used`` billed seconds; return (deadline of the next command in billed
+        seconds, budget is binding)."""
         self._exec_s += used
         if self._budget is None:
             return timeout_s, False
@@ -145,19 +178,21 @@ class LocalSandbox:
             helper=self._helper, rlimit_vals=self._rlimit_vals,
         )
 
-        def kill(proc: subprocess.Popen[bytes]) -> None:
-            self.cgroup.kill_exec_group(group)
+        async def kill(proc: subprocess.Popen[bytes]) -> None:
+            await self.cgroup.akill_exec_group(group)
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
 
         try:
             res = await run_process(
                 argv, env=self._env(env), stdin=stdin, limit=limit, deadline_s=deadline_s,
-                kill=kill,
+                kill=kill, meter=lambda: self.cgroup.reading(group, time.monotonic()),
+                max_host_stall_s=self._max_stall,
             )
         finally:
             self.cgroup.drop_exec_group(group)
-        if res.returncode != 0 and not self.alive:
+        self._last = res.bill
+        if res.returncode != 0 and not await self._settled_alive(res):
             raise SandboxDiedError(
                 f"sandbox {self._id} died during a command: "
                 + res.stderr.raw().decode(errors="replace")[-500:]
@@ -199,13 +234,15 @@ class LocalSandbox:
             )
         except OSError as exc:  # e.g. E2BIG for a huge argv list: the command is invalid
             return ExecResult(126, None, "", f"rollbank: cannot run the command: {exc}\n", 0.0)
-        self._charge(res.duration_s, None)
+        stall = min(res.duration_s, res.bill.stall_s) if res.bill else 0.0
+        self._charge(res.duration_s - stall, None)
+        self._stall_s += stall
         rc = res.returncode
         sig = -rc if rc < 0 else None
         out, out_t = res.stdout.text()
         err, err_t = res.stderr.text()
         return ExecResult(
-            exit_code=None if (sig is not None or res.deadline_hit) else rc,
+            exit_code=None if (sig is not None or res.deadline_hit or res.host_stalled) else rc,
             signal=sig,
             stdout=out,
             stderr=err,
@@ -215,6 +252,9 @@ class LocalSandbox:
             stdout_truncated=out_t,
             stderr_truncated=err_t,
             oom_killed=self.cgroup.oom_kills() > oom_before,
+            pids_limit_hit=bool(res.bill and res.bill.pids_hits),
+            stall_s=stall,
+            host_stalled=res.host_stalled,
         )
 
     # ---------------------------------------------------------------- files
@@ -255,7 +295,7 @@ class LocalSandbox:
 
     # ---------------------------------------------------------------- shell
     async def shell(self) -> ShellSession:
-        async def spawn() -> tuple[subprocess.Popen[bytes], Callable[[], None]]:
+        async def spawn() -> tuple[subprocess.Popen[bytes], Callable[[], Awaitable[None]], Meter]:
             if not self.alive:
                 raise SandboxDiedError(f"sandbox {self._id} is not running")
             group, files = self.cgroup.new_exec_group()
@@ -269,14 +309,14 @@ class LocalSandbox:
                 env=self._env(None), close_fds=True, start_new_session=True,
             )
 
-            def kill() -> None:
-                self.cgroup.kill_exec_group(group)
+            async def kill() -> None:
+                await self.cgroup.akill_exec_group(group)
                 with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal.SIGKILL)
 
-            return proc, kill
+            return proc, kill, lambda: self.cgroup.reading(group, time.monotonic())
 
-        session = LocalShellSession(spawn, self._charge)
+        session = LocalShellSession(spawn, self._billed, max_host_stall_s=self._max_stall)
         self._shells.append(session)
         return session
 
@@ -287,37 +327,62 @@ class LocalSandbox:
         sid = "s" + uuid.uuid4().hex[:12]
         dst = self._backend.snapshot_dir / sid
         upper = Path(f"/proc/{self._init.pid}/root{self._mount_dir}/upper")
-        self.cgroup.freeze(True)
+        await self.cgroup.afreeze(True)
         try:
             await copy_tree(upper, dst)
         finally:
-            self.cgroup.freeze(False)
+            await self.cgroup.afreeze(False)
         snap = LocalSnapshot(sid, self.spec).child(sid, dst)
         self._backend.register_snapshot(snap)
         return snap
 
+    def _billed(self, used: float, stall: Bill | None, timeout_s: float | None
+                ) -> tuple[float | None, bool]:
+        """The shell session's charger: record its command's bill, then charge."""
+        if stall is not None:
+            self._last = stall
+            self._stall_s += min(used, stall.stall_s)
+            used = max(0.0, used - stall.stall_s)
+        return self._charge(used, timeout_s)
+
     def usage(self) -> SandboxUsage:
+        last = self._last
         return SandboxUsage(
             exec_seconds=self._exec_s,
             peak_memory_bytes=self.cgroup.peak_memory(),
-            pids_limit_hit=self.cgroup.pids_limit_hits() > 0,
-            memory_limit_hit=self.cgroup.oom_kills() > self._oom_base,
+            pids_limit_hit=bool(last and last.pids_hits),
+            memory_limit_hit=bool(last and last.oom_kills),
+            stall_seconds=self._stall_s,
+            oom_kills_total=self.cgroup.oom_kills() - self._oom_base,
+            pids_limit_hits_total=self.cgroup.pids_limit_hits() - self._pids_base,
         )
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        """Idempotent; the teardown finishes even if the caller is cancelled meanwhile (a
+        later ``close`` waits for it), so no process or cgroup is left behind."""
+        if self._teardown is None:
+            self._closed = True
+            self._teardown = asyncio.ensure_future(self._close_now())
+        await asyncio.shield(self._teardown)
+
+    async def _close_now(self) -> None:
         for s in self._shells:
             with contextlib.suppress(Exception):
                 await s.close()
         await self.cgroup.akill()
         with contextlib.suppress(OSError):
             self._init.kill()
-        with contextlib.suppress(Exception):
-            self._init.wait(timeout=5)
-        self.cgroup.remove()
+        await await_exit(self._init, 5.0)
+        await asyncio.to_thread(self.cgroup.remove)  # rmdir of memory cgroups can block
         self._backend.forget(self)
+
+
+def _exiting(stat: bytes) -> bool:
+    """PF_EXITING in /proc/<pid>/stat's flags (field 9): the process is on its way out."""
+    try:
+        return bool(int(stat.rsplit(b")", 1)[-1].split()[6]) & 0x4)
+    except (ValueError, IndexError):
+        return False
 
 
 def _pack(local: Path) -> tuple[bool, bytes, int]:

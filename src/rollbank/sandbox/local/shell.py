@@ -8,6 +8,9 @@ sentinel on stderr. cwd, exported variables and shell variables survive between 
 
 Invariants
 - Output per command is bounded (head and tail kept, truncation marker).
+- The timeout is in billed seconds (:mod:`rollbank.sandbox.billing`): time the host stalled
+  the session's cgroup is not the model's; a stall beyond ``max_host_stall_s`` ends the
+  command as ``host_stalled``.
 - A command that exceeds its timeout, or that exits the shell, ends the session's processes
   (the session's cgroup is killed); the next :meth:`run` starts a fresh shell and the result
   of the failed command says so in ``stderr``. State does not survive that.
@@ -22,10 +25,18 @@ import os
 import secrets
 import subprocess
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from rollbank.sandbox.local.proc import BoundedBuffer
+from rollbank.sandbox.billing import Bill, BilledDeadline, Verdict, bill
+from rollbank.sandbox.local.proc import (
+    MAX_HOST_STALL_S,
+    BoundedBuffer,
+    Meter,
+    await_exit,
+    wait_billed,
+    wall_meter,
+)
 from rollbank.sandbox.protocol import DEFAULT_OUTPUT_LIMIT, ExecResult
 
 PRELUDE = (
@@ -33,26 +44,31 @@ PRELUDE = (
     "__rb_rc=$?; printf '\\n%s %d\\n' \"$2\" \"$__rb_rc\"; printf '\\n%s\\n' \"$2\" >&2; }\n"
 )
 
-Spawner = Callable[[], Coroutine[Any, Any, tuple[subprocess.Popen[bytes], Callable[[], None]]]]
-Charger = Callable[[float, float | None], tuple[float | None, bool]]
+Killer = Callable[[], Awaitable[None]]
+Spawner = Callable[[], Coroutine[Any, Any, tuple[subprocess.Popen[bytes], Killer, Meter]]]
+# (wall seconds used, the command's bill, requested timeout) -> (deadline, budget is binding)
+Charger = Callable[[float, Bill | None, float | None], tuple[float | None, bool]]
 
 
 class LocalShellSession:
     """See module docstring. Created by ``LocalSandbox.shell()``."""
 
-    def __init__(self, spawn: Spawner, charge: Charger, output_limit: int = DEFAULT_OUTPUT_LIMIT):
+    def __init__(self, spawn: Spawner, charge: Charger, output_limit: int = DEFAULT_OUTPUT_LIMIT,
+                 *, max_host_stall_s: float = MAX_HOST_STALL_S):
         self._spawn = spawn
-        self._charge = charge  # (seconds used, requested timeout) -> (deadline, budget bound)
+        self._charge = charge
         self._limit = output_limit
+        self._max_stall = max_host_stall_s
         self._proc: subprocess.Popen[bytes] | None = None
-        self._kill: Callable[[], None] = lambda: None
+        self._kill: Killer = _nothing
+        self._meter: Meter | None = None
         self._out = b""
         self._err = b""
         self._lock = asyncio.Lock()
 
     async def _ensure(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
-            self._proc, self._kill = await self._spawn()
+            self._proc, self._kill, self._meter = await self._spawn()
             self._out = self._err = b""
             assert self._proc.stdin is not None
             await self._write(PRELUDE.encode())
@@ -66,43 +82,60 @@ class LocalShellSession:
 
     async def run(self, command: str, *, timeout_s: float | None = None) -> ExecResult:
         async with self._lock:
-            deadline, budget_bound = self._charge(0.0, timeout_s)
+            deadline, budget_bound = self._charge(0.0, None, timeout_s)
             if deadline is not None and deadline <= 0:
                 return ExecResult(None, None, "", "", 0.0, budget_exhausted=True)
             proc = await self._ensure()
+            meter = self._meter or wall_meter
             token = "__RB_" + secrets.token_hex(8)
             payload = base64.b64encode(command.encode()).decode()
             t0 = time.monotonic()
+            start = meter()
             out, err = BoundedBuffer(self._limit), BoundedBuffer(self._limit)
+            timed_out = stalled = False
+            collect = asyncio.ensure_future(self._collect(proc, token, out, err))
             try:
                 await self._write(f"__rb_run {payload} {token}\n".encode())
-                rc = await asyncio.wait_for(self._collect(proc, token, out, err), deadline)
-                timed_out = False
-            except (TimeoutError, BrokenPipeError, OSError) as exc:
-                timed_out = isinstance(exc, TimeoutError)
+                verdict = await wait_billed(
+                    collect, BilledDeadline(start, deadline, self._max_stall), meter)
+                timed_out = verdict is Verdict.TIMED_OUT
+                stalled = verdict is Verdict.HOST_STALLED
+                rc = None if verdict is not None else collect.result()
+            except (BrokenPipeError, OSError):
                 rc = None
+            finally:
+                if not collect.done():
+                    collect.cancel()
+                    with contextlib.suppress(BaseException):
+                        await collect
+            b = bill(start, meter())
             duration = time.monotonic() - t0
-            self._charge(duration, None)
+            self._charge(duration, b, None)
+            stall = min(duration, b.stall_s)
             if rc is None:
-                self._kill()
-                code: int | None = None
-                with contextlib.suppress(Exception):
-                    code = proc.wait(timeout=5)
+                await self._kill()
+                code = await await_exit(proc, 5.0)
                 note = "" if timed_out else "\n[rollbank: the shell exited; a new one starts]\n"
                 so, st = out.text()
                 se, et = err.text()
                 exited = not timed_out and code is not None
+                if stalled:
+                    note = "\n[rollbank: the host stalled this command; it was stopped]\n"
+                cut = timed_out or stalled
                 return ExecResult(
                     code if exited and code is not None and code >= 0 else None,
-                    9 if timed_out else (-code if exited and code is not None and code < 0 else None),
+                    9 if cut else (-code if exited and code is not None and code < 0 else None),
                     so, se + note, duration,
                     timed_out=timed_out and not budget_bound,
                     budget_exhausted=timed_out and budget_bound,
-                    stdout_truncated=st, stderr_truncated=et,
+                    stdout_truncated=st, stderr_truncated=et, oom_killed=b.oom_kills > 0,
+                    pids_limit_hit=b.pids_hits > 0, stall_s=stall, host_stalled=stalled,
                 )
             so, st = out.text()
             se, et = err.text()
-            return ExecResult(rc, None, so, se, duration, stdout_truncated=st, stderr_truncated=et)
+            return ExecResult(rc, None, so, se, duration, stdout_truncated=st, stderr_truncated=et,
+                              oom_killed=b.oom_kills > 0, pids_limit_hit=b.pids_hits > 0,
+                              stall_s=stall)
 
     async def _collect(
         self, proc: subprocess.Popen[bytes], token: str, out: BoundedBuffer, err: BoundedBuffer
@@ -147,14 +180,18 @@ class LocalShellSession:
 
     async def close(self) -> None:
         if self._proc is not None:
-            self._kill()
+            await self._kill()
             for pipe in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
                 if pipe is not None:
                     with contextlib.suppress(OSError):
                         pipe.close()
-            with contextlib.suppress(Exception):
-                self._proc.wait(timeout=5)
+            await await_exit(self._proc, 5.0)
             self._proc = None
+
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _wait_readable(loop: asyncio.AbstractEventLoop, fds: list[int]) -> list[int]:

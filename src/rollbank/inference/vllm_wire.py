@@ -1,0 +1,176 @@
+"""vLLM 0.32 wire shapes: request bodies and response parsers (pure; no I/O).
+
+Owns the two generate shapes :class:`~rollbank.inference.vllm_client.VLLMClient` speaks and
+the Prometheus scrape of ``/metrics``:
+
+- scale-out (``--enable-scale-out``): ``POST /inference/v1/generate`` with
+  ``{"model", "token_ids", "request_id", "output_mode": "text", "sampling_params": {...}}``;
+  per choice ``token_ids``, ``text``, ``logprobs.content[i].logprob``, ``finish_reason`` and
+  ``weight_versions`` = ``[{"version", "start", "end"}]`` spans over the output tokens. The
+  engine says which weights produced which token; that is the only version source here.
+- completions (fallback for servers without scale-out): ``POST /v1/completions`` with
+  ``prompt`` = token ids, ``return_token_ids``, ``logprobs=1``; per choice ``token_ids``,
+  ``logprobs.token_logprobs``, ``finish_reason``; timings from ``metrics``
+  (``--enable-per-request-metrics``). It carries no versions: the client brackets the request
+  with ``/weight_info`` reads and passes the (single) version in.
+
+Every log-prob goes through :func:`~rollbank.inference.engine_output.checked_logprobs` and every
+version through :mod:`~rollbank.inference.engine_output`; shape errors raise ``KeyError`` /
+``ValueError`` / ``TypeError`` which the client turns into a typed malformed-response error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from rollbank.inference.engine_output import checked_logprobs, versions_from_spans
+from rollbank.inference.protocol import FinishReason, GenerateRequest, GenerateResult, Timings
+
+FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
+SCALE_OUT_GENERATE = "/inference/v1/generate"
+SCALE_OUT_ABORT = "/inference/v1/abort_requests"
+COMPLETIONS = "/v1/completions"
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum every sample of each sample name over its label sets (``name -> total``)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+    return out
+
+
+def ms(metrics: Mapping[str, Any] | None, key: str) -> float | None:
+    if not metrics or metrics.get(key) is None:
+        return None
+    return float(metrics[key]) / 1000.0
+
+
+def _finish(reason: object) -> FinishReason:
+    finish = FINISH.get(str(reason))
+    if finish is None:
+        raise ValueError(f"unexpected finish_reason {reason!r}")
+    return finish
+
+
+def completion_body(req: GenerateRequest, model: str | None) -> dict[str, Any]:
+    sp = req.sampling
+    body: dict[str, Any] = {
+        "prompt": list(req.prompt_token_ids),
+        "max_tokens": sp.max_tokens,
+        "temperature": sp.temperature,
+        "top_p": sp.top_p,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+    }
+    if sp.stop:
+        body["stop"] = list(sp.stop)
+    if sp.stop_token_ids:
+        body["stop_token_ids"] = list(sp.stop_token_ids)
+    if sp.logprobs:
+        body["logprobs"] = 1
+    if sp.min_tokens:
+        body["min_tokens"] = sp.min_tokens
+    if req.lora or model:
+        body["model"] = req.lora or model
+    return body
+
+
+def scale_out_body(req: GenerateRequest, model: str | None) -> dict[str, Any]:
+    sp = req.sampling
+    sampling: dict[str, Any] = {
+        "max_tokens": sp.max_tokens,
+        "temperature": sp.temperature,
+        "top_p": sp.top_p,
+        "skip_special_tokens": False,
+        "detokenize": True,
+    }
+    if sp.stop:
+        sampling["stop"] = list(sp.stop)
+    if sp.stop_token_ids:
+        sampling["stop_token_ids"] = list(sp.stop_token_ids)
+    if sp.logprobs:
+        sampling["logprobs"] = 0  # the sampled token's log-prob only
+    if sp.min_tokens:
+        sampling["min_tokens"] = sp.min_tokens
+    body: dict[str, Any] = {
+        "token_ids": list(req.prompt_token_ids),
+        "request_id": req.request_id,
+        "output_mode": "text",
+        "sampling_params": sampling,
+    }
+    if req.lora or model:
+        body["model"] = req.lora or model
+    return body
+
+
+def _usage(data: Mapping[str, Any], request: GenerateRequest) -> tuple[int, int | None]:
+    usage = data.get("usage") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    prompt = int(usage.get("prompt_tokens", len(request.prompt_token_ids)))
+    return prompt, (int(cached) if cached is not None else None)
+
+
+def _timings(data: Mapping[str, Any], total_s: float) -> Timings:
+    metrics = data.get("metrics")
+    queue_s = ms(metrics, "queue_time_ms")
+    prefill_s = ms(metrics, "time_to_first_token_ms")
+    first = queue_s + prefill_s if queue_s is not None and prefill_s is not None else None
+    return Timings(total_s=total_s, queue_s=queue_s, prefill_s=prefill_s,
+                   decode_s=ms(metrics, "generation_time_ms"), first_token_s=first)
+
+
+def parse_completion(
+    request: GenerateRequest, data: Mapping[str, Any], *, server: str, version: int, total_s: float
+) -> GenerateResult:
+    """A ``/v1/completions`` answer; every token gets ``version`` (read from the engine)."""
+    rid = request.request_id
+    choice = data["choices"][0]
+    token_ids = [int(t) for t in choice["token_ids"]]
+    logprobs: list[float] = []
+    if request.sampling.logprobs:
+        raw = (choice.get("logprobs") or {}).get("token_logprobs")
+        if raw is None and token_ids:
+            raw = [None] * len(token_ids)  # a missing list is a missing log-prob at position 0
+        logprobs = checked_logprobs(list(raw or []), server=server, request_id=rid)
+        if len(logprobs) != len(token_ids):
+            raise ValueError(f"{len(logprobs)} logprobs for {len(token_ids)} tokens")
+    prompt_tokens, cached = _usage(data, request)
+    return GenerateResult(
+        request_id=rid, server=server, token_ids=token_ids, logprobs=logprobs,
+        finish_reason=_finish(choice.get("finish_reason")), text=str(choice.get("text") or ""),
+        prompt_tokens=prompt_tokens, policy_version=version, timings=_timings(data, total_s),
+        cached_prompt_tokens=cached, token_versions=[version] * len(token_ids),
+    )
+
+
+def parse_scale_out(
+    request: GenerateRequest, data: Mapping[str, Any], *, server: str, current_version: int, total_s: float
+) -> GenerateResult:
+    """An ``/inference/v1/generate`` answer; versions come from its ``weight_versions`` spans.
+
+    ``current_version`` is used only as ``policy_version`` of an empty output.
+    """
+    rid = request.request_id
+    choice = data["choices"][0]
+    token_ids = [int(t) for t in choice["token_ids"] or []]
+    logprobs: list[float] = []
+    if request.sampling.logprobs:
+        content = (choice.get("logprobs") or {}).get("content")
+        if content is None:
+            content = [{}] * len(token_ids)
+        logprobs = checked_logprobs([c.get("logprob") for c in content], server=server, request_id=rid)
+        if len(logprobs) != len(token_ids):
+            raise ValueError(f"{len(logprobs)} logprobs for {len(token_ids)} tokens")
+    versions = versions_from_spans(choice.get("weight_versions"), len(token_ids), server=server, request_id=rid)
+    prompt_tokens, cached = _usage(data, request)
+    return GenerateResult(
+        request_id=rid, server=server, token_ids=token_ids, logprobs=logprobs,
+        finish_reason=_finish(choice.get("finish_reason")), text=str(choice.get("text") or ""),
+        prompt_tokens=prompt_tokens, policy_version=versions[-1] if versions else current_version,
+        timings=_timings(data, total_s), cached_prompt_tokens=cached, token_versions=versions,
+    )

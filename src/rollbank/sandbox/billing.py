@@ -1,0 +1,115 @@
+"""What a command's time is billed to the model: wall time minus measured host stall.
+
+Pure accounting (no I/O): readings of a command's cgroup counters go in, the billed seconds
+and the step-deadline decisions come out. :mod:`rollbank.sandbox.local.meter` takes the
+readings; the fake backend feeds injected stalls; unit tests use hand-made readings.
+
+Design (stated for issue #8, "a host stall cannot bill the model")
+- A command is billed ``wall - host_stall``, where
+  ``host_stall = frozen + max(0, cpu_full_stall - cpu_throttled)``:
+  - ``frozen``: seconds the command's cgroup was frozen (``cgroup.freeze`` by rollbank's
+    snapshot, an operator or a test; kernel counter ``frozen_usec`` of ``cgroup.stat.local``,
+    Linux >= 6.17; an ancestor's freeze counts too). The command cannot run at all.
+  - ``cpu_full_stall``: PSI ``cpu.pressure`` "full" of the command's cgroup — time during
+    which *every* runnable task of the command waited for a CPU, i.e. the command made no
+    progress because the host's CPUs were busy with someone else.
+  - ``cpu_throttled``: time the sandbox's own CPU quota throttled it (``throttled_time`` /
+    ``throttled_usec``). Throttling shows up as PSI stall too but it is the model's doing
+    (more busy processes than its ``cpus``), so it is taken back out of the credit.
+  A model's own sleep, I/O wait, memory reclaim against its own limit, and any CPU it burns
+  stay billed: ``sleep 1000`` and ``while true; do :; done`` are the model's time.
+  Missing counters (older kernels, no PSI) read as 0: billing falls back to wall time.
+- The step timeout and the episode budget are in billed seconds: when the wall-clock wait
+  ends, the command is killed only if its billed time reached the timeout; otherwise the
+  wait is extended by what is left. A host that stalls a command for more than
+  ``max_host_stall_s`` (credit in total) ends it as ``host_stalled`` (infra), never as the
+  model's timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+#: Never re-check a deadline more often than this (a frozen command would otherwise spin).
+MIN_RECHECK_S = 0.05
+
+
+@dataclass(frozen=True)
+class StallReading:
+    """Cumulative counters of one command's cgroup at one instant (seconds)."""
+
+    t: float  # the clock (monotonic wall time)
+    frozen_s: float = 0.0
+    cpu_full_s: float = 0.0
+    throttled_s: float = 0.0
+    oom_kills: int = 0  # memory-limit kills, cumulative for the sandbox
+    pids_hits: int = 0  # process-limit refusals, cumulative for the sandbox
+
+
+@dataclass(frozen=True)
+class Bill:
+    """A command's time split into what the model is billed and what the host stalled."""
+
+    wall_s: float
+    stall_s: float
+    frozen_s: float
+    cpu_stall_s: float
+    oom_kills: int  # during this command
+    pids_hits: int  # during this command
+
+    @property
+    def billed_s(self) -> float:
+        return max(0.0, self.wall_s - self.stall_s)
+
+
+def bill(start: StallReading, end: StallReading) -> Bill:
+    """The bill of the interval between two readings (counters are deltas, clamped)."""
+    wall = max(0.0, end.t - start.t)
+    frozen = min(wall, max(0.0, end.frozen_s - start.frozen_s))
+    cpu = max(0.0, (end.cpu_full_s - start.cpu_full_s) - (end.throttled_s - start.throttled_s))
+    cpu = min(wall - frozen, cpu)  # PSI and the freezer do not overlap; never exceed the wall
+    return Bill(
+        wall_s=wall, stall_s=frozen + cpu, frozen_s=frozen, cpu_stall_s=cpu,
+        oom_kills=max(0, end.oom_kills - start.oom_kills),
+        pids_hits=max(0, end.pids_hits - start.pids_hits),
+    )
+
+
+class Verdict(Enum):
+    WAIT = "wait"  # keep waiting ``wait_s`` more wall seconds
+    TIMED_OUT = "timed_out"  # the billed time reached the timeout: the model's timeout
+    HOST_STALLED = "host_stalled"  # the host stalled it beyond the cap: not the model's
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    wait_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class BilledDeadline:
+    """A step deadline in billed seconds (``timeout_s`` None: no deadline, no checks)."""
+
+    start: StallReading
+    timeout_s: float | None
+    max_host_stall_s: float
+
+    def first_wait(self) -> float | None:
+        """Wall seconds to wait before the first check (None: wait for the command only)."""
+        return self.timeout_s
+
+    def check(self, now: StallReading) -> Decision:
+        """Called when a wall-clock wait ended with the command still running."""
+        if self.timeout_s is None:
+            return Decision(Verdict.WAIT, 3600.0)  # not reached: no deadline, no checks
+        b = bill(self.start, now)
+        if b.stall_s > self.max_host_stall_s:
+            return Decision(Verdict.HOST_STALLED)
+        left = self.timeout_s - b.billed_s
+        if left <= 0:
+            return Decision(Verdict.TIMED_OUT)
+        # re-check no later than the cap could be crossed by a stall that continues
+        cap_left = self.max_host_stall_s - b.stall_s
+        return Decision(Verdict.WAIT, max(MIN_RECHECK_S, min(left, cap_left + MIN_RECHECK_S)))

@@ -1,0 +1,91 @@
+"""Validate a multi-step (Harbor schema 1.1) task: every step's oracle, then its tests, in order.
+
+Owns: the multi-step half of ``rollbank tasks validate`` (:mod:`rollbank.tasks.validate` calls
+:func:`check_steps` for a task with ``steps``). One sandbox for all steps, as in a real trial:
+for each step, its ``workdir/`` files are uploaded into the working directory (and its
+``setup.sh`` run), its oracle solution runs, then its verifier (:meth:`Task.for_step`). The
+oracle passes when every step passes; a step missing its ``min_reward`` stops the run (the
+steps after it are not run, as in a trial). The no-op check runs the FIRST step's verifier on
+the untouched environment; it must not score 1.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rollbank.episodes.verifier import VerifierResult, run_oracle, run_verifier
+from rollbank.sandbox.protocol import Sandbox, SandboxBackend, SandboxSpec
+from rollbank.tasks.model import Task, passes_min_reward
+
+if TYPE_CHECKING:
+    from rollbank.tasks.validate import Validation
+
+
+@dataclass
+class StepsOutcome:
+    """Per-step oracle results (in order; steps after an early stop are absent)."""
+
+    results: list[tuple[str, VerifierResult]] = field(default_factory=list)
+    solution_failures: dict[str, int | None] = field(default_factory=dict)
+    stopped_after: str | None = None  # the step whose reward missed its min_reward
+
+    @property
+    def rewards(self) -> dict[str, float]:
+        return {name: (r.reward if r.reward is not None else 0.0) for name, r in self.results}
+
+    def trial_reward(self, task: Task) -> float:
+        """The trial reward: mean over contributing steps (unrun steps count 0) or the final step's."""
+        got = self.rewards
+        if task.multi_step_reward_strategy == "final":
+            return got.get(task.steps[-1].name, 0.0)
+        counted = [s.name for s in task.steps if s.contributes_to_mean] or [s.name for s in task.steps]
+        return sum(got.get(n, 0.0) for n in counted) / len(counted)
+
+
+async def _setup(sandbox: Sandbox, setup_dir: Path, workdir: str) -> None:
+    await sandbox.upload(setup_dir, workdir)
+    if (setup_dir / "setup.sh").is_file():
+        await sandbox.exec(["/bin/bash", "-c", f"cd {shlex.quote(workdir)} && bash setup.sh"], timeout_s=600)
+
+
+async def run_oracle_steps(task: Task, backend: SandboxBackend, spec: SandboxSpec) -> StepsOutcome:
+    """Run every step's oracle then verifier, in order, in one fresh sandbox."""
+    out = StepsOutcome()
+    sb = await backend.start(spec)
+    try:
+        for i, step in enumerate(task.steps):
+            view = task.for_step(i)
+            if step.setup_dir is not None:
+                await _setup(sb, step.setup_dir, spec.workdir)
+            solve = await run_oracle(sb, view)
+            if solve is not None and not solve.ok:
+                out.solution_failures[step.name] = solve.exit_code
+            result = await run_verifier(sb, view)
+            out.results.append((step.name, result))
+            if not passes_min_reward(step.min_reward, result.reward, result.rewards):
+                out.stopped_after = step.name
+                break
+    finally:
+        await sb.close()
+    return out
+
+
+async def check_steps(task: Task, backend: SandboxBackend, spec: SandboxSpec, rec: Validation) -> None:
+    """Fill ``rec``'s oracle fields for a multi-step task (the call site in ``validate``)."""
+    from rollbank.episodes.verifier import VerifierStatus
+
+    out = await run_oracle_steps(task, backend, spec)
+    all_pass = len(out.results) == len(task.steps) and all(r.passed for _, r in out.results)
+    rec.oracle_reward = out.trial_reward(task)
+    rec.oracle_status = (VerifierStatus.PASS if all_pass else VerifierStatus.FAIL).value
+    rec.oracle_rewards = out.rewards
+    if out.solution_failures:
+        rec.details["solution"] = out.solution_failures
+    if out.stopped_after is not None:
+        rec.details["stopped_after"] = out.stopped_after
+    failed = {n: r.status.value for n, r in out.results if not r.passed}
+    if failed:
+        rec.details["oracle_steps"] = failed

@@ -1,0 +1,10 @@
+"""The built-in trainer: GRPO/PPO-style token-level policy gradient on rollbank batches.
+
+- :mod:`~rollbank.training.config`: ``TrainerConfig`` (loss aggregation, clip, KL, LoRA/full).
+- :mod:`~rollbank.training.logprobs`: sampled-token log-probs with a chunked LM head.
+- :mod:`~rollbank.training.loss`: the clipped surrogate, aggregation and KL as pure functions.
+- :mod:`~rollbank.training.trainer`: ``Trainer`` (load, micro-batched step, save).
+- :mod:`~rollbank.training.checkpoint`: atomic versioned weight directories.
+
+torch (and peft for LoRA) are imported by the submodules only, not by this package.
+"""
