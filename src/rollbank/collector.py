@@ -42,7 +42,7 @@ from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import make_workload
-from rollbank.errors import ConfigError
+from rollbank.errors import ConfigError, InputError
 from rollbank.inference.protocol import InferenceClient, Tokenizer
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.calibrate import calibrate
@@ -196,6 +196,7 @@ async def collect(
 ) -> CollectResult:
     """Run one collection with opened planes; write batches, events, episodes, summary."""
     clock = clock or MonotonicClock()
+    check_output_folder(out_dir)  # before the first launch, not when the first batch is written
     dump_resolved(config, out_dir)  # creates out_dir
     sched = config.scheduler
     servers = list(inference.clients)
@@ -246,11 +247,13 @@ async def collect(
                     servers=servers, groups_needed=sched.groups_per_batch,
                     group_size=sched.bank.group_size, sandbox_slots=sched.sandbox_slots,
                     extra={"accounting": batch.accounting.to_dict(),
-                           "profile": batch.profile.to_dict(), "complete": batch.complete},
+                           "profile": batch.profile.to_dict(), "complete": batch.complete,
+                           "unreachable": [u.to_dict() for u in batch.unreachable]},
                 )
                 summaries.append(s)
                 path = await asyncio.to_thread(write_batch, out_dir / "batches", batch,
                                                extra={"summary": s.to_dict()})
+                driver.ack(path)  # written: its groups are consumed (exactly-once hand-off)
                 log.record("batch_written", clock.now(), batch_index=batch.index, path=path,
                            time_to_batch_s=s.time_to_batch_s, efficiency=s.efficiency)
         t_end = clock.now() if not summaries else summaries[-1].t_end
@@ -264,11 +267,29 @@ async def collect(
     return result
 
 
+def check_output_folder(out_dir: Path) -> None:
+    """Fail fast if ``out_dir`` holds an earlier run's outputs (batches are written once)."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise InputError("the output folder is a file", file=out_dir, field="output")
+    batches = out_dir / "batches"
+    earlier = [p.name for p in (out_dir / "events.jsonl", out_dir / "summary.json") if p.exists()]
+    if batches.is_dir():
+        earlier += [f"batches/{p.name}" for p in sorted(batches.iterdir())
+                    if p.name.startswith("batch-")][:3]
+    if earlier:
+        raise InputError(
+            f"the output folder already holds a run ({', '.join(earlier)}); choose another "
+            "output folder (--out) or remove it", file=out_dir, field="output")
+
+
 def _ledger(driver: CollectionDriver) -> dict[str, Any]:
     """Final attempt accounting (launched = consumed + retried + waste once closed)."""
     ledger = driver.scheduler.bank.ledger
     counts = {state.value: n for state, n in ledger.counts().items()}
-    return {"launched": len(ledger.entries), **counts}
+    return {"launched": len(ledger.entries), **counts,
+            "unreachable": [u.to_dict() for u in driver.scheduler.unreachable]}
 
 
 def _write_summary(result: CollectResult, config: CollectConfig) -> Path:
@@ -305,6 +326,7 @@ async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> 
     from rollbank.episodes.sandboxes import open_sandboxes
 
     out = out_dir or Path(config.output)
+    check_output_folder(out)  # before servers start
     tasks = select_tasks(config)
     t_setup = time.monotonic()
     async with contextlib.AsyncExitStack() as stack:

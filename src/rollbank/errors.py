@@ -121,3 +121,13 @@ class VerifierError(RollbankError):
 
 class VerifierTimeoutError(VerifierError):
     """The verifier exceeded its own timeout."""
+
+
+# ---------------------------------------------------------------- orchestration (bugs, not episodes)
+class SchedulingError(RollbankError):
+    """The collection orchestrator cannot go on: a broken accounting invariant or a run that
+    cannot progress. Never an episode failure; it stops the run."""
+
+
+class CollectionStalledError(SchedulingError):
+    """Nothing runs and nothing can be launched, yet the run wants more batches."""

@@ -61,9 +61,11 @@ def test_infra_failure_is_rerun_in_its_slot_not_discarding_the_group() -> None:
         _finish(bank, k, Reason.VERIFIED_PASS)
     assert bank.ready_count == 0  # slot 1 still running its re-run
     assert _finish(bank, decision.key, Reason.VERIFIED_FAIL) == GroupDone("g0", True)
-    [group] = bank.take(1)
+    [group] = bank.take(1, 0)
     assert [t.retry for t in group.trajectories] == [0, 1, 0, 0]
     assert group.retries == 1
+    assert bank.ledger.counts()[AttemptState.DELIVERED] == 4
+    assert len(bank.ack(0)) == 4
     states = bank.ledger.counts()
     assert states[AttemptState.RETRIED] == 1 and states[AttemptState.CONSUMED] == 4
     bank.check()
@@ -85,7 +87,7 @@ def test_after_the_retry_limit_the_group_completes_with_fewer_valid_siblings() -
     _finish(bank, keys[1], Reason.VERIFIED_PASS)
     _finish(bank, keys[2], Reason.VERIFIED_FAIL)
     assert _finish(bank, keys[3], Reason.VERIFIED_FAIL) == GroupDone("g0", True)
-    [group] = bank.take(1)
+    [group] = bank.take(1, 0)
     assert [t.attempt for t in group.trajectories] == [1, 2, 3]
     assert group.infra_final == 1
     # the baseline is over the three valid rewards (1, 0, 0) only
@@ -107,7 +109,7 @@ def test_group_with_too_few_valid_siblings_is_dropped_as_waste() -> None:
     done = _finish(bank, keys[3], Reason.VERIFIED_FAIL)
     assert isinstance(done, GroupDone) and not done.ready
     assert bank.status("g0") is GroupStatus.DROPPED
-    assert bank.take(5) == []
+    assert bank.take(5, 0) == []
     reasons = sorted(e.waste_reason.value for e in bank.ledger.entries.values()  # type: ignore[union-attr]
                      if e.state is AttemptState.WASTE)
     assert reasons == ["group_dropped", "group_dropped", "infra_final", "infra_final"]
@@ -120,7 +122,7 @@ def test_zero_variance_groups_are_flagged_and_optionally_filtered(filter_zero: b
     keys = _launch_all(bank, "g0", 0)
     for k in keys:
         _finish(bank, k, Reason.VERIFIED_FAIL)
-    groups = bank.take(1)
+    groups = bank.take(1, 0)
     if filter_zero:
         assert groups == []
         assert bank.status("g0") is GroupStatus.DROPPED
@@ -139,12 +141,12 @@ def test_take_hands_out_oldest_launch_first_regardless_of_completion_order() -> 
     for keys in (k2, k1):  # g2 completes first, then g1; g0 never completes
         for i, k in enumerate(keys):
             _finish(bank, k, Reason.VERIFIED_PASS if i % 2 else Reason.VERIFIED_FAIL)
-    assert [g.group_id for g in bank.take(1)] == ["g1"]
-    assert [g.group_id for g in bank.take(5)] == ["g2"]
+    assert [g.group_id for g in bank.take(1, 0)] == ["g1"]
+    assert [g.group_id for g in bank.take(5, 1)] == ["g2"]
     assert bank.open_groups() == ["g0"]
     for k in k0:
         _finish(bank, k, Reason.VERIFIED_PASS)
-    assert [g.group_id for g in bank.take(5)] == ["g0"]
+    assert [g.group_id for g in bank.take(5, 2)] == ["g0"]
     bank.check()
 
 
@@ -181,4 +183,32 @@ def test_close_settles_everything_open_as_unconsumed_waste() -> None:
     counts = bank.ledger.counts()
     assert counts[AttemptState.WASTE] == 8
     assert counts[AttemptState.IN_FLIGHT] == counts[AttemptState.FINISHED] == 0
+    bank.check()
+
+
+def test_a_batch_is_consumed_only_when_acknowledged_and_a_released_one_is_offered_again() -> None:
+    bank, _ = _bank()
+    for gid, seq in (("g0", 0), ("g1", 1)):
+        for i, k in enumerate(_launch_all(bank, gid, seq)):
+            _finish(bank, k, Reason.VERIFIED_PASS if i % 2 else Reason.VERIFIED_FAIL)
+    assert [g.group_id for g in bank.take(1, 0)] == ["g0"]
+    assert [g.group_id for g in bank.take(1, 1)] == ["g1"]
+    counts = bank.ledger.counts()
+    assert counts[AttemptState.DELIVERED] == 8 and counts[AttemptState.CONSUMED] == 0
+    assert bank.unacknowledged() == [0, 1]
+    bank.check()
+    assert [g.group_id for g in bank.release(0)] == ["g0"]  # not taken: back in the bank
+    assert bank.status("g0") is GroupStatus.READY and bank.ready_count == 1
+    assert [g.group_id for g in bank.take(5, 2)] == ["g0"]  # offered again, first
+    assert len(bank.ack(1)) == 4
+    with pytest.raises(LedgerError):
+        bank.ack(1)  # acknowledged twice
+    with pytest.raises(LedgerError):
+        bank.ack(0)  # released: no longer awaiting
+    bank.check()
+    returned = bank.close()  # batch 2 was never acknowledged
+    assert [g.group_id for g in returned] == ["g0"]
+    counts = bank.ledger.counts()
+    assert counts[AttemptState.CONSUMED] == 4 and counts[AttemptState.WASTE] == 4
+    assert counts[AttemptState.DELIVERED] == counts[AttemptState.FINISHED] == 0
     bank.check()

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rollbank.collect_config import load_collect_config
     from rollbank.collector import run_collect
-    from rollbank.errors import RollbankError
+    from rollbank.errors import InputError, RollbankError
 
     t0 = time.monotonic()
     try:
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         result = asyncio.run(run_collect(config))
     except RollbankError as exc:
         print(f"rollbank collect: {exc}", file=sys.stderr)
-        return 2
+        return 3 if isinstance(exc, InputError) else 2  # 3: bad input (config, output folder)
     except KeyboardInterrupt:
         print("rollbank collect: interrupted; servers and sandboxes were stopped",
               file=sys.stderr)

@@ -21,12 +21,13 @@ Public API (what the episode layer, metrics and CLI code against)::
     driver = CollectionDriver(SchedulerConfig(...), EpisodeRunner(...), task_ids, sink=sink)
     async with contextlib.aclosing(driver.batches()) as batches:
         async for batch in batches:           # Batch: groups, accounting, profile, meta
-            write_batch(out_dir, batch)       # rollbank.batching.writer
+            path = write_batch(out_dir, batch)  # rollbank.batching.writer
+            driver.ack(path)                  # consumed now (else: at the next iteration)
 
 Module map: ``types`` (keys, specs, decisions, enums), ``config`` (pydantic sections),
 ``events`` (lifecycle events + ``EventSink``), ``batch`` (``Batch``, ``GroupResult``,
 accounting, selection profile), ``ledger`` (exactly-once accounting), ``ready_bank``,
-``scheduler``, ``profile``, ``driver``.
+``scheduler`` (+ ``inference_slots``), ``profile``, ``driver``.
 """
 
 from rollbank.scheduling.batch import (
@@ -35,6 +36,7 @@ from rollbank.scheduling.batch import (
     DistStats,
     GroupResult,
     SelectionProfile,
+    Unreachable,
 )
 from rollbank.scheduling.config import AdvantageConfig, ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.driver import AttemptRunner, CollectionDriver
@@ -44,12 +46,14 @@ from rollbank.scheduling.events import (
     AttemptFinished,
     AttemptWaste,
     BatchEvent,
+    BatchHandoff,
     Event,
     EventKind,
     EventSink,
     FanoutSink,
     GroupEvent,
     ListSink,
+    TaskUnreachable,
     WasteReason,
 )
 from rollbank.scheduling.ledger import AttemptState, Ledger, LedgerError
@@ -79,6 +83,7 @@ __all__ = [
     "Batch",
     "BatchAccounting",
     "BatchEvent",
+    "BatchHandoff",
     "CollectionDriver",
     "DistStats",
     "Event",
@@ -97,5 +102,7 @@ __all__ = [
     "SchedulingMode",
     "SelectionProfile",
     "StragglerPolicy",
+    "TaskUnreachable",
+    "Unreachable",
     "WasteReason",
 ]

@@ -39,7 +39,10 @@ class GroupResult:
 class BatchAccounting:
     """Attempt accounting for one batch window (counts of attempts, seconds held).
 
-    ``consumed`` attempts are in this batch; ``retried`` were replaced by a re-run;
+    ``consumed`` attempts are in this batch (the ledger settles them ``consumed`` only when
+    the consumer acknowledges the batch; ``acknowledged`` counts the acknowledgements of
+    earlier batches settled in this window, ``unacknowledged`` the attempts of earlier
+    batches still awaiting one); ``retried`` were replaced by a re-run;
     ``waste`` settled without reaching a trainer (by reason in ``waste_by_reason``);
     ``carried`` were unsettled at the batch boundary (running or waiting on siblings).
     ``launched`` counts launches inside the window. Seconds are sandbox-slot seconds.
@@ -58,6 +61,8 @@ class BatchAccounting:
     # whole-run ledger at the boundary (cumulative): launched == sum of the states
     total_launched: int = 0
     total_settled: int = 0
+    acknowledged: int = 0
+    unacknowledged: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,9 +86,13 @@ class DistStats:
 class SelectionProfile:
     """Accepted batch vs the launched pool, so short-first selection bias is visible.
 
-    ``pool_*`` cover every attempt that finished so far in the run (accepted or not);
-    ``censored`` attempts were still running at the boundary, ``censored_elapsed`` is their
-    time so far (a lower bound on their duration).
+    ``pool_*`` cover every *valid* attempt (model_success/model_failure, the ones a batch can
+    accept) that finished so far in the run, accepted or not: infra/unknown and retried
+    attempts are left out on both sides, so like is compared with like.
+    ``censored`` attempts never finished: still running at the boundary, or aborted (by the
+    straggler policy) at any earlier boundary of the run; ``censored_elapsed`` is their time
+    when observed (a lower bound on their duration), ``censored_aborted`` how many of them
+    were aborted.
     """
 
     accepted_duration: DistStats
@@ -94,6 +103,22 @@ class SelectionProfile:
     pool_reward_mean: float
     censored: int
     censored_elapsed: DistStats
+    censored_aborted: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Unreachable:
+    """A task whose group was aborted and re-queued ``max_requeues`` times without finishing:
+    unreachable within the batch budget, and no longer re-queued."""
+
+    task_id: str
+    group_id: str  # the last aborted group (``g<seq>-q<k>``)
+    seq: int
+    requeues: int
+    longest_elapsed_s: float  # longest time any of its aborted attempts had run
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,6 +136,7 @@ class Batch:
     ready_at: float  # clock time the batch was assembled
     complete: bool  # True when it holds groups_per_batch groups
     meta: dict[str, Any] = field(default_factory=dict)
+    unreachable: tuple[Unreachable, ...] = ()  # tasks given up on in this window
 
     @property
     def trajectories(self) -> list[Trajectory]:

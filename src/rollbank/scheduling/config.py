@@ -72,6 +72,14 @@ class SchedulerConfig(Section):
         default=True,
         description="re-queue the task of an aborted group at its original place (FIFO)",
     )
+    max_requeues: int | None = Field(
+        default=3,
+        ge=0,
+        description="with straggler = abort and requeue_aborted: re-queue one group's task at "
+        "most this many times; after that it is recorded unreachable within the batch budget "
+        "(task_unreachable event, Batch.unreachable, summary) and not re-queued again "
+        "(None: no cap)",
+    )
     sandbox_slots: int = Field(default=64, ge=1, description="attempts holding a sandbox at once")
     inference_slots_per_server: int = Field(
         default=16,

@@ -12,6 +12,13 @@ Invariants
   cancels it (``aborted``); a runner that raises is recorded as ``infra_failure/host_error``.
 - No task outlives :meth:`CollectionDriver.batches`: when the consumer stops iterating or an
   error escapes, remaining attempts are cancelled (and settled as waste) before it returns.
+- Exactly-once hand-off: a batch's groups are consumed only when the consumer acknowledges
+  the batch — by asking for the next one (the next iteration of :meth:`batches`), or
+  explicitly with :meth:`CollectionDriver.ack` (by index, ``Batch`` or batch directory).
+  Batches emitted ahead or never acknowledged go back to the bank when the iteration ends
+  (settled ``unconsumed_at_close``; the groups are kept in ``scheduler.returned_at_close``).
+  The ledger is checked at every emission, acknowledgement and at close; a violation raises
+  :class:`~rollbank.scheduling.ledger.LedgerError` out of the iteration.
 - Results travel through a bounded queue (two places per sandbox slot: one for each running
   attempt, one for a result that arrived just as its attempt was aborted).
 - An aborted attempt's sandbox slot is reused at once; the runner's own cleanup of the
@@ -25,11 +32,14 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
+from os import PathLike
+from pathlib import Path
 from typing import Protocol
 
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
+from rollbank.errors import CollectionStalledError, SchedulingError
 from rollbank.scheduling.batch import Batch
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import Event, EventSink, ListSink
@@ -76,7 +86,10 @@ class CollectionDriver:
     ``other_contention`` tells the scheduler whether a capacity it does not own (the runner's
     verifier slots) has waiters, for work-conserving over-provisioning.
     After the iteration ends, :attr:`scheduler` holds the closed ledger
-    (``scheduler.bank.ledger``) and :attr:`batches_out` the batches yielded.
+    (``scheduler.bank.ledger``) and :attr:`batches_out` the batches acknowledged.
+    A batch is acknowledged when the consumer asks for the next one, or earlier with
+    :meth:`ack`; a consumer that stops iterating leaves its last batch unacknowledged unless it
+    acked it (e.g. after writing it: ``driver.ack(path)``).
     """
 
     def __init__(
@@ -95,7 +108,8 @@ class CollectionDriver:
         self.sink: EventSink = sink or ListSink()
         self.scheduler = Scheduler(config, task_ids, self.clock,
                                    other_contention=other_contention)
-        self.batches_out: list[Batch] = []
+        self.batches_out: list[Batch] = []  # acknowledged, in order
+        self._emitted: dict[int, Batch] = {}  # emitted, awaiting acknowledgement
         self._tasks: dict[AttemptKey, asyncio.Task[None]] = {}
         # results of attempts; None = poll again (contention ended while extras were held)
         self._results: asyncio.Queue[tuple[AttemptKey, Trajectory] | None] = asyncio.Queue(
@@ -124,16 +138,64 @@ class CollectionDriver:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
+                # the consumer asks for the next batch: it has this one
+                if item.index in self._emitted:
+                    self.ack(item.index)
         finally:
-            if not collector.done():
-                collector.cancel()
             try:
-                await collector
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # our own consumer is being cancelled: let it propagate
+                if not collector.done():
+                    collector.cancel()
+                try:
+                    await collector
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if current is not None and current.cancelling():
+                        raise  # our own consumer is being cancelled: let it propagate
+            finally:
+                self._emitted.clear()
+                try:
+                    self.scheduler.close()  # unacknowledged batches return; ledger checked
+                finally:
+                    self._flush_events()
+
+    def ack(self, batch: int | Batch | str | PathLike[str]) -> None:
+        """Acknowledge a batch (its index, the ``Batch``, or the batch directory written for
+        it, ``batch-NNNNNN``): its groups become consumed. Acknowledging a batch that is not
+        awaiting acknowledgement raises :class:`~rollbank.errors.SchedulingError`."""
+        index = self._index_of(batch)
+        emitted = self._emitted.pop(index, None)
+        if emitted is None:
+            raise SchedulingError(f"batch {index} is not awaiting acknowledgement")
+        try:
+            self.scheduler.ack(index)
+        finally:
             self._flush_events()
+        self.batches_out.append(emitted)
+
+    def release(self, batch: int | Batch | str | PathLike[str]) -> None:
+        """The consumer could not use a batch: its groups return to the bank and are offered
+        again in the next batch."""
+        index = self._index_of(batch)
+        if self._emitted.pop(index, None) is None:
+            raise SchedulingError(f"batch {index} is not awaiting acknowledgement")
+        try:
+            self.scheduler.release(index)
+        finally:
+            self._flush_events()
+        self._nudge()  # returned groups may make a batch due
+
+    def _index_of(self, batch: int | Batch | str | PathLike[str]) -> int:
+        if isinstance(batch, int):
+            return batch
+        if isinstance(batch, Batch):
+            return batch.index
+        from rollbank.batching.writer import batch_dir_name
+
+        name = Path(batch).name
+        for index in self._emitted:
+            if batch_dir_name(index) == name:
+                return index
+        raise SchedulingError(f"{batch}: no batch awaiting acknowledgement has this directory")
 
     # ------------------------------------------------------------ loop
     async def _collect(self, out: asyncio.Queue[Batch | BaseException | None]) -> None:
@@ -142,7 +204,7 @@ class CollectionDriver:
                 try:
                     await self._loop(tg, out)
                 finally:
-                    self._close()
+                    self._abort_all()  # settling (and returning batches) is batches()'s job
                     self._flush_events()
         except Exception as exc:  # hand the failure to the consumer, which re-raises it
             await out.put(exc.exceptions[0] if isinstance(exc, ExceptionGroup)
@@ -164,13 +226,14 @@ class CollectionDriver:
                     ready.append(decision.batch)
             self._flush_events()
             for batch in ready:
-                self.batches_out.append(batch)
+                self._emitted[batch.index] = batch
                 await out.put(batch)
             if self.scheduler.done:
                 return
-            if not self._tasks:
+            if not self._tasks and not self._nudged:
                 # nothing runs and the scheduler has nothing to launch: it cannot progress
-                raise RuntimeError("collection stalled: no attempt in flight and none launchable")
+                raise CollectionStalledError(
+                    "collection stalled: no attempt in flight and none launchable")
             item = await self._results.get()
             if item is None:
                 self._nudged = False
@@ -200,10 +263,16 @@ class CollectionDriver:
         if task is not None:
             task.cancel()
 
-    def _close(self) -> None:
+    def _abort_all(self) -> None:
         for key in sorted(self._tasks):
             self._abort(key)
-        self.scheduler.close()
+
+    def _nudge(self) -> None:
+        """Wake the loop to poll again (contention ended, or groups returned to the bank)."""
+        if not self._nudged:
+            with contextlib.suppress(asyncio.QueueFull):  # a full queue wakes the loop anyway
+                self._results.put_nowait(None)
+                self._nudged = True
 
     def _flush_events(self) -> None:
         for event in self.scheduler.drain_events():
@@ -242,10 +311,8 @@ class CollectionDriver:
             if fut is not None and not fut.done():
                 fut.set_result(None)
         s = self.scheduler
-        if s.holding_extras and not s.inference_contended() and not self._nudged:
-            with contextlib.suppress(asyncio.QueueFull):  # a full queue wakes the loop anyway
-                self._results.put_nowait(None)
-                self._nudged = True
+        if s.holding_extras and not s.inference_contended():
+            self._nudge()
 
     def _cancel_grants(self, key: AttemptKey) -> None:
         for gk in [gk for gk in self._grants if gk[0] == key]:

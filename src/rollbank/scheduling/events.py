@@ -8,7 +8,9 @@ JSON-ready :meth:`Event.to_dict`.
 Invariants
 - Each launched attempt gets exactly one ``launched`` event and, eventually, exactly one
   ``finished`` (runner returned) or ``aborted`` event; then exactly one settlement:
-  ``consumed`` (inside ``batch_ready``), ``retried``, or ``waste``. ``carried`` may appear
+  ``consumed`` (inside ``batch_acked``: the consumer acknowledged the batch that delivered
+  it), ``retried``, or ``waste``. ``batch_ready`` lists the attempts it delivers;
+  ``batch_returned`` lists those of an unacknowledged batch put back in the bank. ``carried`` may appear
   for it at each batch boundary it crosses unsettled.
 """
 
@@ -30,7 +32,10 @@ class EventKind(StrEnum):
     ABORTED = "aborted"  # an in-flight attempt was cancelled
     GROUP_READY = "group_ready"  # every sibling terminal; the group entered the bank
     GROUP_DROPPED = "group_dropped"  # complete but unusable (too few valid / zero variance)
-    BATCH_READY = "batch_ready"  # a batch was assembled
+    BATCH_READY = "batch_ready"  # a batch was assembled and handed out (delivered)
+    BATCH_ACKED = "batch_acked"  # the consumer acknowledged a batch: its attempts are consumed
+    BATCH_RETURNED = "batch_returned"  # an unacknowledged batch's groups went back to the bank
+    TASK_UNREACHABLE = "task_unreachable"  # aborted and re-queued max_requeues times: given up
     WASTE = "waste"  # an attempt settled as waste (see WasteReason)
 
 
@@ -122,7 +127,28 @@ class BatchEvent(Event):
     trajectories: int
     window_start: float
     accounting: dict[str, int] = field(default_factory=dict)
-    consumed: tuple[str, ...] = ()  # attempt ids delivered in this batch (their settlement)
+    delivered: tuple[str, ...] = ()  # attempt ids in this batch (consumed once acknowledged)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchHandoff(Event):
+    """``batch_acked`` (``attempt_ids`` settled consumed) or ``batch_returned`` (back in the
+    bank, offered again)."""
+
+    batch_index: int
+    attempt_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskUnreachable(Event):
+    """A task aborted and re-queued ``requeues`` times without finishing within the batch
+    budget; its longest aborted attempt had run ``longest_elapsed_s``."""
+
+    task_id: str
+    group_id: str
+    seq: int
+    requeues: int
+    longest_elapsed_s: float
 
 
 class EventSink(Protocol):

@@ -1,13 +1,18 @@
 """The attempt ledger: every launched attempt is accounted for exactly once.
 
-An attempt moves ``in_flight -> finished -> {consumed | retried | waste}`` or, when it is
-aborted or the collection closes, ``in_flight -> waste``. ``consumed``, ``retried`` and
+An attempt moves ``in_flight -> finished -> {retried | waste}``, or
+``finished -> delivered -> consumed`` when its group is handed to the consumer in a batch and
+the consumer acknowledges that batch (an unacknowledged batch goes back:
+``delivered -> finished``), or, when it is aborted or the collection closes,
+``in_flight -> waste``. ``consumed``, ``retried`` and
 ``waste`` are final: settling an attempt twice is an error, never a silent overwrite.
 Batches cut the run into windows; each settlement is recorded in exactly one window, and an
 attempt unsettled at a window's end is ``carried`` over it.
 
 Invariants (checked by :meth:`Ledger.check`)
-- ``launched == in_flight + finished + consumed + retried + waste`` at every moment.
+- ``launched == in_flight + finished + delivered + consumed + retried + waste`` at every
+  moment; only a ``delivered`` attempt can become ``consumed``, and only a valid one is
+  ever delivered.
 - Every settled attempt appears in exactly one window's settlements; the windows' launch
   counts sum to the total launched.
 - After :meth:`Ledger.close_all` nothing is ``in_flight`` or ``finished``.
@@ -19,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from rollbank.errors import SchedulingError
 from rollbank.scheduling.batch import BatchAccounting
 from rollbank.scheduling.events import WasteReason
 from rollbank.scheduling.types import AttemptKey
@@ -27,6 +33,7 @@ from rollbank.scheduling.types import AttemptKey
 class AttemptState(StrEnum):
     IN_FLIGHT = "in_flight"
     FINISHED = "finished"  # runner returned; waiting for its group / for a batch
+    DELIVERED = "delivered"  # in a batch handed to the consumer, awaiting its acknowledgement
     CONSUMED = "consumed"
     RETRIED = "retried"
     WASTE = "waste"
@@ -35,8 +42,8 @@ class AttemptState(StrEnum):
 FINAL = frozenset({AttemptState.CONSUMED, AttemptState.RETRIED, AttemptState.WASTE})
 
 
-class LedgerError(AssertionError):
-    """The accounting invariant was broken (a bug, never an episode failure)."""
+class LedgerError(SchedulingError):
+    """The accounting invariant was broken (a bug, never an episode failure); stops the run."""
 
 
 @dataclass
@@ -52,6 +59,8 @@ class Entry:
     duration_s: float | None = None
     model_tokens: int | None = None
     reward: float | None = None  # reward of a valid (trainable) finish, else None
+    valid: bool = False  # finished as model_success/model_failure (trainable)
+    delivered_in: int | None = None  # window of its latest delivery
 
     def held_s(self, now: float) -> float:
         end = self.finished_at if self.finished_at is not None else self.settled_at
@@ -66,6 +75,8 @@ class _Window:
     settled: Counter[AttemptState] = field(default_factory=Counter)
     seconds: dict[AttemptState, float] = field(default_factory=lambda: dict.fromkeys(AttemptState, 0.0))
     waste_by_reason: Counter[str] = field(default_factory=Counter)
+    delivered: int = 0  # attempts handed to the consumer in this window's batch
+    delivered_s: float = 0.0
 
 
 class Ledger:
@@ -92,7 +103,8 @@ class Ledger:
         return entry
 
     def finish(
-        self, key: AttemptKey, t: float, *, model_tokens: int, reward: float | None
+        self, key: AttemptKey, t: float, *, model_tokens: int, reward: float | None,
+        valid: bool = False,
     ) -> Entry:
         entry = self._get(key)
         if entry.state is not AttemptState.IN_FLIGHT:
@@ -102,6 +114,28 @@ class Ledger:
         entry.duration_s = max(0.0, t - entry.launched_at)
         entry.model_tokens = model_tokens
         entry.reward = reward
+        entry.valid = valid
+        return entry
+
+    def deliver(self, key: AttemptKey, t: float) -> Entry:
+        """A valid finished attempt leaves in a batch; consumed once the batch is acknowledged."""
+        entry = self._get(key)
+        if entry.state is not AttemptState.FINISHED or not entry.valid:
+            raise LedgerError(f"{key.attempt_id} delivered while {entry.state.value}"
+                              + ("" if entry.valid else " and not valid"))
+        entry.state = AttemptState.DELIVERED
+        entry.delivered_in = self.window
+        w = self._windows[-1]
+        w.delivered += 1
+        w.delivered_s += entry.held_s(t)
+        return entry
+
+    def undeliver(self, key: AttemptKey) -> Entry:
+        """The batch holding this attempt was not acknowledged: it is back in the bank."""
+        entry = self._get(key)
+        if entry.state is not AttemptState.DELIVERED:
+            raise LedgerError(f"{key.attempt_id} returned while {entry.state.value}")
+        entry.state = AttemptState.FINISHED
         return entry
 
     def settle(
@@ -114,6 +148,9 @@ class Ledger:
             raise LedgerError(f"{key.attempt_id} settled twice ({entry.state.value}, {state.value})")
         if entry.state is AttemptState.IN_FLIGHT and state is not AttemptState.WASTE:
             raise LedgerError(f"{key.attempt_id} is in flight; only waste can settle it")
+        if (state is AttemptState.CONSUMED) != (entry.state is AttemptState.DELIVERED):
+            raise LedgerError(f"{key.attempt_id}: only a delivered attempt is consumed "
+                              f"({entry.state.value} -> {state.value})")
         if (state is AttemptState.WASTE) != (reason is not None):
             raise LedgerError("a waste settlement needs a reason, and only waste has one")
         entry.state = state
@@ -148,6 +185,10 @@ class Ledger:
         settled = {k for k, e in self.entries.items() if e.state in FINAL}
         if seen != settled:
             raise LedgerError("settlement records disagree with attempt states")
+        bad = [k.attempt_id for k, e in self.entries.items()
+               if e.state in (AttemptState.DELIVERED, AttemptState.CONSUMED) and not e.valid]
+        if bad:
+            raise LedgerError(f"invalid attempts delivered to the consumer: {bad}")
         if sum(w.launched for w in self._windows) != self._launch_calls:
             raise LedgerError("window launch counts do not sum to the launches")
         per_window = Counter(wi for wi, _ in self._settlements)
@@ -157,23 +198,32 @@ class Ledger:
 
     # ------------------------------------------------------------ windows
     def close_window(self, now: float) -> BatchAccounting:
-        """End the current window (a batch boundary) and return its accounting."""
+        """End the current window (a batch boundary) and return its accounting.
+
+        ``consumed`` counts the attempts delivered in this window's batch (settled
+        ``consumed`` when the consumer acknowledges it); ``unacknowledged`` counts attempts of
+        earlier batches still awaiting acknowledgement.
+        """
         w = self._windows[-1]
-        unsettled = self.unsettled()
+        pending = [e for e in self.unsettled()
+                   if e.state is AttemptState.DELIVERED and e.delivered_in != w.index]
+        unsettled = [e for e in self.unsettled() if e.state is not AttemptState.DELIVERED]
         counts = self.counts()
         acc = BatchAccounting(
             launched=w.launched,
-            consumed=w.settled[AttemptState.CONSUMED],
+            consumed=w.delivered,
             retried=w.settled[AttemptState.RETRIED],
             waste=w.settled[AttemptState.WASTE],
             carried=len(unsettled),
             carried_running=sum(1 for e in unsettled if e.state is AttemptState.IN_FLIGHT),
             waste_by_reason=dict(w.waste_by_reason),
-            consumed_s=w.seconds[AttemptState.CONSUMED],
+            consumed_s=w.delivered_s,
             retried_s=w.seconds[AttemptState.RETRIED],
             waste_s=w.seconds[AttemptState.WASTE],
             total_launched=len(self.entries),
             total_settled=sum(counts[s] for s in FINAL),
+            unacknowledged=len(pending),
+            acknowledged=w.settled[AttemptState.CONSUMED],
         )
         self._windows.append(_Window(w.index + 1))
         return acc
@@ -182,6 +232,8 @@ class Ledger:
         """Settle everything still open as waste (``unconsumed_at_close``); return those."""
         closed = []
         for entry in self.unsettled():
+            if entry.state is AttemptState.DELIVERED:
+                self.undeliver(entry.key)
             closed.append(self.settle(entry.key, AttemptState.WASTE, now,
                                       WasteReason.UNCONSUMED_AT_CLOSE))
         return closed

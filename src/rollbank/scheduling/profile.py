@@ -2,8 +2,9 @@
 
 Over-provisioning accepts the groups that finish first, which favours short episodes; this
 module makes that visible by summarising duration, model tokens and reward of the accepted
-trajectories beside every attempt that has finished so far, plus the still-running
-(censored) attempts whose elapsed time is a lower bound on their duration. Pure functions.
+trajectories beside every valid attempt that has finished so far, plus the attempts that
+never finished — still running, or aborted by the straggler policy — whose elapsed time is a
+lower bound on their duration (censored). Pure functions.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from rollbank.scheduling.batch import DistStats, GroupResult, SelectionProfile
+from rollbank.scheduling.events import WasteReason
 from rollbank.scheduling.ledger import AttemptState, Entry
 
 
@@ -40,10 +42,16 @@ def selection_profile(
     """Profile ``accepted`` groups (and their ledger entries) against every ledger entry.
 
     Durations come from the ledger (launch to return on the scheduler's clock) for both sides.
+    The pool holds valid finished attempts only; attempts that never finished (running now,
+    or aborted earlier) are censored at their elapsed time.
     """
     entries = list(entries)
-    finished = [e for e in entries if e.duration_s is not None]
+    finished = [e for e in entries if e.duration_s is not None and e.valid]
     running = [e for e in entries if e.state is AttemptState.IN_FLIGHT]
+    aborted = [e for e in entries if e.finished_at is None and e.settled_at is not None
+               and e.waste_reason is WasteReason.ABORTED]
+    elapsed = [now - e.launched_at for e in running]
+    elapsed += [e.held_s(now) for e in aborted]
     pool_rewards = [e.reward for e in finished if e.reward is not None]
     return SelectionProfile(
         accepted_duration=dist(e.duration_s for e in accepted_entries if e.duration_s is not None),
@@ -54,6 +62,7 @@ def selection_profile(
         pool_tokens=dist(float(e.model_tokens) for e in finished if e.model_tokens is not None),
         accepted_reward_mean=_mean([r for g in accepted for r in g.rewards]),
         pool_reward_mean=_mean(pool_rewards),
-        censored=len(running),
-        censored_elapsed=dist(now - e.launched_at for e in running),
+        censored=len(elapsed),
+        censored_elapsed=dist(elapsed),
+        censored_aborted=len(aborted),
     )

@@ -12,7 +12,12 @@ Rules
   zero-variance group is flagged, and dropped only if ``filter_zero_variance``.
 - Advantages use valid siblings only (:mod:`rollbank.batching.advantages`).
 - :meth:`ReadyBank.take` hands out complete groups oldest-launch first, regardless of the
-  order in which they completed.
+  order in which they completed, as batch ``k``: they are ``delivered``, not consumed.
+  :meth:`ReadyBank.ack` settles batch ``k``'s attempts ``consumed``;
+  :meth:`ReadyBank.release` puts an unacknowledged batch's groups back in the bank, where
+  the next :meth:`take` offers them again; :meth:`ReadyBank.close` releases every
+  unacknowledged batch before settling what is left, so no group is lost or consumed
+  without an acknowledgement.
 
 Invariant: every launched attempt is accounted for exactly once (``consumed``, ``retried``,
 ``waste``, or still open and therefore ``carried`` at a batch boundary); see
@@ -44,6 +49,7 @@ from rollbank.scheduling.types import AttemptKey
 class GroupStatus(StrEnum):
     OPEN = "open"  # some slot not terminal
     READY = "ready"  # complete, in the bank
+    DELIVERED = "delivered"  # handed out in a batch, awaiting the consumer's acknowledgement
     DROPPED = "dropped"
     ABORTED = "aborted"
     CONSUMED = "consumed"
@@ -88,6 +94,7 @@ class _Group:
     attempts: list[AttemptKey] = field(default_factory=list)  # every launched key
     result: GroupResult | None = None
     valid_keys: list[AttemptKey] = field(default_factory=list)  # attempts in ``result``
+    batch: int | None = None  # batch it was last delivered in
 
 
 class ReadyBank:
@@ -100,6 +107,7 @@ class ReadyBank:
         self.ledger = Ledger()
         self._groups: dict[str, _Group] = {}
         self._live: dict[str, _Group] = {}  # open or ready groups, in opening order
+        self._delivered: dict[int, list[_Group]] = {}  # batch index -> groups awaiting ack
 
     # ------------------------------------------------------------ groups
     def open_group(self, group_id: str, task_id: str, seq: int) -> list[AttemptKey]:
@@ -148,7 +156,8 @@ class ReadyBank:
         now = self.clock.now()
         valid = is_valid(traj)
         reward = traj.reward if valid else None
-        self.ledger.finish(key, now, model_tokens=traj.num_model_tokens, reward=reward)
+        self.ledger.finish(key, now, model_tokens=traj.num_model_tokens, reward=reward,
+                           valid=valid)
         slot.result = traj
         if not valid and slot.retries < self.config.max_retries:
             self._settle(key, AttemptState.RETRIED, now)
@@ -214,8 +223,13 @@ class ReadyBank:
         )
         return GroupDone(group.group_id, True)
 
-    def take(self, max_groups: int) -> list[GroupResult]:
-        """Hand out up to ``max_groups`` ready groups, oldest launch first; settle them consumed."""
+    def take(self, max_groups: int, batch: int) -> list[GroupResult]:
+        """Hand out up to ``max_groups`` ready groups, oldest launch first, as batch ``batch``.
+
+        They are ``delivered``: consumed by :meth:`ack`, or back in the bank by :meth:`release`.
+        """
+        if batch in self._delivered:
+            raise LedgerError(f"batch {batch} handed out twice")
         ready = sorted(
             (g for g in self._live.values() if g.status is GroupStatus.READY),
             key=lambda g: g.seq,
@@ -223,29 +237,85 @@ class ReadyBank:
         now = self.clock.now()
         out = []
         for g in ready:
-            assert g.result is not None
+            if g.result is None:
+                raise LedgerError(f"ready group {g.group_id} has no result")
             out.append(g.result)
             for k in g.valid_keys:
+                self.ledger.deliver(k, now)
+            g.batch = batch
+            self._set_status(g, GroupStatus.DELIVERED)
+        self._delivered[batch] = ready  # even empty: the batch is acknowledged all the same
+        return out
+
+    def unacknowledged(self) -> list[int]:
+        """Indices of batches handed out and neither acknowledged nor released."""
+        return sorted(self._delivered)
+
+    def ack(self, batch: int) -> list[AttemptKey]:
+        """The consumer has batch ``batch``: settle its attempts consumed; return them."""
+        groups = self._delivered.pop(batch, None)
+        if groups is None:
+            raise LedgerError(f"batch {batch} acknowledged but not awaiting acknowledgement")
+        now = self.clock.now()
+        keys = []
+        for g in groups:
+            for k in g.valid_keys:
                 self._settle(k, AttemptState.CONSUMED, now)
+                keys.append(k)
             self._set_status(g, GroupStatus.CONSUMED)
+        return keys
+
+    def release(self, batch: int) -> list[GroupResult]:
+        """Batch ``batch`` was not taken: its groups return to the bank (offered again)."""
+        groups = self._delivered.pop(batch, None)
+        if groups is None:
+            raise LedgerError(f"batch {batch} released but not awaiting acknowledgement")
+        out = []
+        for g in groups:
+            if g.result is None:
+                raise LedgerError(f"delivered group {g.group_id} has no result")
+            out.append(g.result)
+            for k in g.valid_keys:
+                self.ledger.undeliver(k)
+            g.batch = None
+            self._set_status(g, GroupStatus.READY)
+            self._live[g.group_id] = g
         return out
 
     def consumed_entries(self, group_ids: list[str]) -> list[Entry]:
         """Ledger entries of the attempts delivered in these (taken) groups."""
         return [self.ledger.entries[k] for gid in group_ids for k in self._groups[gid].valid_keys]
 
-    def close(self) -> None:
-        """End of collection: everything unsettled becomes waste (``unconsumed_at_close``)."""
+    def close(self) -> list[GroupResult]:
+        """End of collection: unacknowledged batches return to the bank, then everything
+        unsettled becomes waste (``unconsumed_at_close``). Returns the groups that were
+        complete but never acknowledged (for a caller to keep or offer again)."""
+        for b in self.unacknowledged():
+            self.release(b)
+        returned = [g.result for g in self._live.values()
+                    if g.status is GroupStatus.READY and g.result is not None]
         for g in list(self._live.values()):
             self._set_status(g, GroupStatus.ABORTED)
         for entry in self.ledger.unsettled():
             self._waste(entry.key, WasteReason.UNCONSUMED_AT_CLOSE)
+        return returned
 
     def check(self) -> None:
         """Assert the accounting invariant (raises :class:`LedgerError`)."""
         self.ledger.check()
         open_states = (AttemptState.IN_FLIGHT, AttemptState.FINISHED)
+        batch_of = {x.group_id: b for b, gs in self._delivered.items() for x in gs}
+        wants = {GroupStatus.DELIVERED: AttemptState.DELIVERED,
+                 GroupStatus.CONSUMED: AttemptState.CONSUMED}
+        entries = self.ledger.entries
         for g in self._groups.values():
+            want = wants.get(g.status)
+            if want is not None and any(entries[k].state is not want for k in g.valid_keys):
+                raise LedgerError(f"group {g.group_id} is {g.status.value} but its "
+                                  f"attempts are not all {want.value}")
+            awaiting = g.batch is not None and batch_of.get(g.group_id) == g.batch
+            if (g.status is GroupStatus.DELIVERED) != awaiting:
+                raise LedgerError(f"group {g.group_id} is {g.status.value}, batch {g.batch}")
             if g.status in (GroupStatus.OPEN, GroupStatus.READY):
                 continue
             stranded = [k.attempt_id for k in g.attempts
@@ -257,7 +327,9 @@ class ReadyBank:
     def _set_status(self, group: _Group, status: GroupStatus) -> None:
         """Move a group; once it leaves the bank, drop its trajectories (long runs stay small)."""
         group.status = status
-        if status in (GroupStatus.OPEN, GroupStatus.READY):
+        if status in (GroupStatus.OPEN, GroupStatus.READY, GroupStatus.DELIVERED):
+            if status is GroupStatus.DELIVERED:
+                self._live.pop(group.group_id, None)
             return
         self._live.pop(group.group_id, None)
         group.result = None

@@ -20,8 +20,15 @@ Policy (``optimized`` mode)
   (a straggler tail, tool-bound episodes), they use capacity that would otherwise be idle.
 - Straggler policy once G groups are ready: ``carry`` emits and lets unfinished attempts run
   on into the next batch; ``abort`` emits and cancels the open groups (waste), re-queuing
-  their tasks at their old place if ``requeue_aborted``; ``wait`` emits only when no group of
-  the pool is still open.
+  their tasks at their old place if ``requeue_aborted`` — at most ``max_requeues`` times,
+  after which the task is recorded unreachable within the budget (``task_unreachable``
+  event, ``Batch.unreachable``); ``wait`` emits only when no group of the pool is still open.
+- A poll emits due batches first and launches after, so nothing launched in a poll is
+  aborted by that same poll.
+- Hand-off: an emitted batch's groups are *delivered*; they become consumed only when the
+  consumer acknowledges the batch (:meth:`Scheduler.ack`), or return to the bank
+  (:meth:`Scheduler.release`, and at :meth:`Scheduler.close`). The ledger is checked at every
+  emission, acknowledgement and at close.
 - ``naive`` mode: see :class:`~rollbank.scheduling.types.SchedulingMode`.
 
 Invariants
@@ -40,16 +47,19 @@ from rollbank.batching.stats import max_version, version_lag_histogram
 from rollbank.clock import Clock
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.scheduling.batch import Batch
+from rollbank.scheduling.batch import Batch, GroupResult, Unreachable
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import (
     AttemptCarried,
     AttemptEvent,
     AttemptFinished,
     BatchEvent,
+    BatchHandoff,
     Event,
     EventKind,
+    TaskUnreachable,
 )
+from rollbank.scheduling.inference_slots import InferenceSlots
 from rollbank.scheduling.ledger import AttemptState
 from rollbank.scheduling.profile import selection_profile
 from rollbank.scheduling.ready_bank import GroupStatus, ReadyBank, Retry
@@ -70,7 +80,7 @@ def attempt_seed(base: int, seq: int, slot: int) -> int:
     return (base * 1_000_003 + seq * 1_009 + slot) % (2**31 - 1)
 
 
-class Scheduler:
+class Scheduler(InferenceSlots):
     """Launch policy for one collection (see the module docstring); owns its ready bank."""
 
     def __init__(
@@ -99,11 +109,12 @@ class Scheduler:
         self._running: dict[AttemptKey, str] = {}  # key -> task_id
         self._window_start: float | None = None
         self._window_admitted = False  # naive: this window's G groups were admitted
-        self._inf_busy: dict[str, set[AttemptKey]] = {}
-        self._inf_wait: dict[str, list[tuple[tuple[int, ...], AttemptKey]]] = {}
-        self._arrivals = 0
+        self._init_inference_slots(self.config.inference_slots_per_server)
         self._holding = False  # extras were held back at the last launch for contention
         self._other_contention = other_contention
+        self._longest_aborted: dict[int, float] = {}  # seq -> longest aborted attempt (s)
+        self.unreachable: list[Unreachable] = []  # tasks given up on (re-queue cap reached)
+        self.returned_at_close: list[GroupResult] = []
 
     @property
     def naive(self) -> bool:
@@ -119,13 +130,15 @@ class Scheduler:
         out: list[Decision] = []
         if self.done:
             return out
+        # emission first, launches after: an attempt launched in this poll is never aborted
+        # by a batch emitted in the same poll (``abort`` would waste work never run)
         self._admit()
-        self._launch(out)
         while not self.done and self._batch_due():
             self._emit(out)
             if not self.done:
                 self._admit()
-                self._launch(out)
+        if not self.done:
+            self._launch(out)
         return out
 
     def drain_events(self) -> list[Event]:
@@ -158,47 +171,45 @@ class Scheduler:
         if self._running.pop(key, None) is not None:
             self.outbox.append(self._event(EventKind.ABORTED, key))
 
+    def ack(self, batch_index: int) -> list[AttemptKey]:
+        """The consumer acknowledged batch ``batch_index``: its groups become consumed.
+
+        Checks the ledger (raises :class:`~rollbank.scheduling.ledger.LedgerError`)."""
+        keys = self.bank.ack(batch_index)
+        self.outbox.append(BatchHandoff(
+            kind=EventKind.BATCH_ACKED, t=self.clock.now(), batch_index=batch_index,
+            attempt_ids=tuple(k.attempt_id for k in keys),
+        ))
+        self.bank.check()
+        return keys
+
+    def release(self, batch_index: int) -> list[str]:
+        """Batch ``batch_index`` was not taken: its groups return to the bank and are offered
+        again in the next batch. Returns their group ids."""
+        groups = self.bank.release(batch_index)
+        self.outbox.append(BatchHandoff(
+            kind=EventKind.BATCH_RETURNED, t=self.clock.now(), batch_index=batch_index,
+            attempt_ids=tuple(t.trajectory_id for g in groups for t in g.trajectories),
+        ))
+        self.bank.check()
+        return [g.group_id for g in groups]
+
+    def unacknowledged(self) -> list[int]:
+        """Batches emitted and neither acknowledged nor released."""
+        return self.bank.unacknowledged()
+
     def close(self) -> None:
-        """End of collection: nothing more launches; everything unsettled becomes waste."""
+        """End of collection: nothing more launches; unacknowledged batches return to the
+        bank (kept in :attr:`returned_at_close`); everything unsettled becomes waste; the
+        ledger is checked (raises :class:`~rollbank.scheduling.ledger.LedgerError`)."""
         for key in sorted(self._running):
             self.on_aborted(key)
         self._queue.clear()
-        self.bank.close()
+        for b in self.bank.unacknowledged():
+            self.release(b)
+        self.returned_at_close = self.bank.close()
         self.done = True
-
-    # ------------------------------------------------------------ inference capacity
-    def request_inference(self, key: AttemptKey, server: str = "") -> bool:
-        """True: granted now. False: queued; a later :meth:`release_inference` grants it."""
-        busy = self._inf_busy.setdefault(server, set())
-        if len(busy) < self.config.inference_slots_per_server:
-            busy.add(key)
-            return True
-        self._arrivals += 1
-        prio = (self._arrivals,) if self.naive else (key.seq, key.slot, key.retry, self._arrivals)
-        heapq.heappush(self._inf_wait.setdefault(server, []), (prio, key))
-        return False
-
-    def release_inference(self, key: AttemptKey, server: str = "") -> list[AttemptKey]:
-        """Free ``key``'s slot on ``server``; return the waiters granted in its place."""
-        busy = self._inf_busy.setdefault(server, set())
-        busy.discard(key)
-        wait = self._inf_wait.get(server, [])
-        granted = []
-        while wait and len(busy) < self.config.inference_slots_per_server:
-            _, k = heapq.heappop(wait)
-            busy.add(k)
-            granted.append(k)
-        return granted
-
-    def cancel_inference_wait(self, key: AttemptKey, server: str = "") -> None:
-        wait = self._inf_wait.get(server, [])
-        kept = [w for w in wait if w[1] != key]
-        if len(kept) != len(wait):
-            heapq.heapify(kept)
-            self._inf_wait[server] = kept
-
-    def inference_in_use(self, server: str = "") -> int:
-        return len(self._inf_busy.get(server, ()))
+        self.bank.check()
 
     # ------------------------------------------------------------ internals
     def _pool_size(self) -> int:
@@ -233,10 +244,6 @@ class Scheduler:
         task_id = self.task_ids[seq % len(self.task_ids)]
         for key in self.bank.open_group(group_id, task_id, seq):
             heapq.heappush(self._queue, (key, task_id))
-
-    def inference_contended(self) -> bool:
-        """Does any generate call wait for an inference slot?"""
-        return any(self._inf_wait.values())
 
     @property
     def holding_extras(self) -> bool:
@@ -295,24 +302,23 @@ class Scheduler:
         cfg = self.config
         now = self.clock.now()
         exhausted = self._exhausted()
-        groups = self.bank.take(cfg.groups_per_batch)
-        if not groups and exhausted:  # nothing left to give: stop without an empty batch
+        if not self.bank.ready_count and exhausted:  # nothing left: stop without an empty batch
             self.done = True
             return
+        groups = self.bank.take(cfg.groups_per_batch, self.batch_index)
+        unreachable: list[Unreachable] = []
         if cfg.straggler is StragglerPolicy.ABORT:
             for gid in self.bank.open_groups():
                 if not self.bank.has_launched(gid):
                     continue  # not started: nothing to abort, it keeps its place in the pool
-                seq = self.bank.seq_of(gid)
-                for key in self.bank.abort_group(gid):
-                    self._running.pop(key, None)
-                    self.outbox.append(self._event(EventKind.ABORTED, key))
-                    out.append(Abort(key, "straggler policy abort"))
-                if cfg.requeue_aborted:
-                    heapq.heappush(self._requeue, seq)
+                u = self._abort_straggler(gid, out)
+                if u is not None:
+                    unreachable.append(u)
         accepted = self.bank.consumed_entries([g.group_id for g in groups])
         profile = selection_profile(groups, accepted, self.bank.ledger.entries.values(), now)
         for e in self.bank.ledger.unsettled():
+            if e.state is AttemptState.DELIVERED:
+                continue  # in a batch (this one or one awaiting acknowledgement), not carried
             self.outbox.append(AttemptCarried(
                 kind=EventKind.CARRIED, t=now, **self._ids(e.key),
                 batch_index=self.batch_index, running=e.state is AttemptState.IN_FLIGHT,
@@ -328,19 +334,48 @@ class Scheduler:
             meta={"policy_version": version,
                   "version_lag": version_lag_histogram(trajs, version),
                   "mode": cfg.mode.value, "straggler": cfg.straggler.value},
+            unreachable=tuple(unreachable),
         )
         self.outbox.append(BatchEvent(
             kind=EventKind.BATCH_READY, t=now, batch_index=self.batch_index,
             groups=len(groups), trajectories=len(trajs), window_start=start,
             accounting={k: v for k, v in accounting.to_dict().items() if isinstance(v, int)},
-            consumed=tuple(e.key.attempt_id for e in accepted),
+            delivered=tuple(e.key.attempt_id for e in accepted),
         ))
+        self.bank.check()  # every hand-off: a broken invariant stops the run
         out.append(EmitBatch(batch))
         self.batch_index += 1
         self._window_start = now
         self._window_admitted = False
         if self.batch_index >= cfg.num_batches or exhausted:
             self.done = True
+
+    def _abort_straggler(self, gid: str, out: list[Decision]) -> Unreachable | None:
+        """Abort open group ``gid``; re-queue its task, or give up on it at the cap."""
+        cfg = self.config
+        now = self.clock.now()
+        seq = self.bank.seq_of(gid)
+        queued = [q for q in self._queue if q[0].group_id != gid]  # never launched: forget
+        if len(queued) != len(self._queue):
+            heapq.heapify(queued)
+            self._queue = queued
+        for key in self.bank.abort_group(gid):
+            self._running.pop(key, None)
+            launched = self.bank.ledger.entries[key].launched_at
+            self._longest_aborted[seq] = max(self._longest_aborted.get(seq, 0.0), now - launched)
+            self.outbox.append(self._event(EventKind.ABORTED, key))
+            out.append(Abort(key, "straggler policy abort"))
+        if not cfg.requeue_aborted:
+            return None
+        requeues = self._generation.get(seq, 0)
+        if cfg.max_requeues is None or requeues < cfg.max_requeues:
+            heapq.heappush(self._requeue, seq)
+            return None
+        u = Unreachable(task_id=self.bank.task_of(gid), group_id=gid, seq=seq,
+                        requeues=requeues, longest_elapsed_s=self._longest_aborted.pop(seq, 0.0))
+        self.unreachable.append(u)
+        self.outbox.append(TaskUnreachable(kind=EventKind.TASK_UNREACHABLE, t=now, **u.to_dict()))
+        return u
 
     def _ids(self, key: AttemptKey) -> dict[str, Any]:
         return {"attempt_id": key.attempt_id, "group_id": key.group_id,

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.batch import Batch
+from rollbank.scheduling.batch import Batch, Unreachable
 from rollbank.scheduling.config import SchedulerConfig
+from rollbank.scheduling.events import Event
 from rollbank.scheduling.fake import FakePlan, make_trajectory
 from rollbank.scheduling.ledger import AttemptState
 from rollbank.scheduling.scheduler import Scheduler
@@ -38,6 +39,7 @@ class SimEpisode:
 @dataclass(frozen=True)
 class SimResult:
     batches: tuple[Batch, ...]
+    unreachable: tuple[Unreachable, ...]  # tasks given up on at the re-queue cap
     end_s: float  # virtual time when the last batch was emitted
     launched: int
     consumed: int
@@ -56,7 +58,10 @@ def simulate(
     workload: Callable[[AttemptSpec], SimEpisode],
     *,
     max_events: int = 1_000_000,
+    events: list[Event] | None = None,
 ) -> SimResult:
+    """Run ``config`` over ``workload`` in virtual time; lifecycle events go to ``events``."""
+    sink: list[Event] = events if events is not None else []
     clock = FakeClock()
     sched = Scheduler(config, task_ids, clock)
     pending: list[tuple[float, AttemptKey]] = []
@@ -73,7 +78,8 @@ def simulate(
                 sched.on_aborted(d.key)
             elif isinstance(d, EmitBatch):
                 batches.append(d.batch)
-        sched.drain_events()
+                sched.ack(d.batch.index)  # the simulated consumer takes every batch at once
+        sink += sched.drain_events()
         if sched.done or not pending:
             break
         t, key = heapq.heappop(pending)
@@ -85,11 +91,12 @@ def simulate(
         sched.on_finished(key, make_trajectory(spec, plan, now=t))
     end = clock.now()
     sched.close()
-    sched.drain_events()
+    sink += sched.drain_events()
     ledger = sched.bank.ledger
     counts = ledger.counts()
     return SimResult(
         batches=tuple(batches),
+        unreachable=tuple(sched.unreachable),
         end_s=batches[-1].ready_at if batches else end,
         launched=len(ledger.entries),
         consumed=counts[AttemptState.CONSUMED],
