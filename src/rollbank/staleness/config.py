@@ -96,6 +96,7 @@ class CorrectionConfig(Section):
 class WeightRule(StrEnum):
     """How the gate weights a trajectory it keeps but does not fully trust."""
 
+    MIN = "min"  # min of the two below: a uniform shift (ESS 1) still lowers the weight
     ESS = "ess"  # the trajectory's normalised token ESS (in (0, 1])
     GEOMETRIC = "geometric"  # min(g, 1/g) for the geometric-mean ratio g = exp(mean log rho)
     FIXED = "fixed"  # GateConfig.fixed_weight
@@ -135,7 +136,7 @@ class GateConfig(Section):
         default=1.05, gt=0, description="drop when exp(mean log rho) is above this"
     )
     weight_rule: WeightRule = Field(
-        default=WeightRule.ESS, description="the weight of a down-weighted trajectory"
+        default=WeightRule.MIN, description="the weight of a down-weighted trajectory"
     )
     fixed_weight: float = Field(
         default=0.5, gt=0, le=1, description="the weight when weight_rule is 'fixed'"

@@ -12,7 +12,8 @@ Rules
   ``ess_drop``), geometric-mean ratio ``exp(mean log rho)`` (outside the down-weight / drop
   bands). The most severe wins; every triggered criterion is listed in ``reasons``.
 - Down-weight: ``weight = clamp(rule, min_weight, 1)`` with the configured
-  :class:`~rollbank.staleness.config.WeightRule` (default: the trajectory's ESS).
+  :class:`~rollbank.staleness.config.WeightRule` (default: ``min(ESS, min(g, 1/g))`` with
+  ``g`` the geometric-mean ratio).
 - Drop: the attempt is discarded and its slot re-run with the current policy (verdict
   ``retry``), exactly like an infra retry, so the group stays complete and its baseline is
   not biased toward the siblings that happened to be fresh. After ``max_stale_retries``
@@ -215,12 +216,15 @@ class StalenessGate:
     def weight_of(self, d: DivergenceStats) -> float:
         """The down-weight for ``d`` by the configured rule, clamped to [min_weight, 1]."""
         c = self.config
+        g = d.geo_ratio
+        geo = min(g, 1.0 / g) if 0.0 < g < math.inf else 0.0
         match c.weight_rule:
+            case WeightRule.MIN:
+                w = min(d.ess, geo)
             case WeightRule.ESS:
                 w = d.ess
             case WeightRule.GEOMETRIC:
-                g = d.geo_ratio
-                w = min(g, 1.0 / g) if 0.0 < g < math.inf else 0.0
+                w = geo
             case WeightRule.FIXED:
                 w = c.fixed_weight
         return max(c.min_weight, min(1.0, w))
