@@ -22,6 +22,7 @@ from rollbank.staleness.estimators import (
     k3_terms,
     log_rho,
     normalized_ess,
+    scored_rows,
     trajectory_divergence,
     version_lag_histogram,
 )
@@ -162,6 +163,20 @@ def test_batch_divergence_pools_tokens_and_weights_sequences() -> None:
     assert d["per_trajectory"]["c"]["n_tokens"] == 0
     with pytest.raises(DivergenceInputError, match="unique"):
         batch_divergence([a, a], 5)
+
+
+def test_scored_rows_of_padded_arrays_match_per_row_building() -> None:
+    mu = np.array([[-1.0, -1.0, 0.0], [-1.0, 0.0, 0.0]])
+    pi = np.array([[-1.0 + LN2, -1.0, 0.0], [-1.0 - LN2, 0.0, 0.0]])
+    mask = np.array([[1, 1, 0], [1, 0, 0]])
+    ver = np.array([[4, 4, -1], [5, -1, -1]])
+    rows = scored_rows(["a", "b"], mu, pi, mask, ver)
+    assert [r.trajectory_id for r in rows] == ["a", "b"]
+    np.testing.assert_allclose(rows[0].log_rho(), [LN2, 0.0])
+    np.testing.assert_allclose(rows[1].log_rho(), [-LN2])
+    assert version_lag_histogram(rows, 5) == {0: 1, 1: 2}
+    with pytest.raises(DivergenceInputError, match="ids"):
+        scored_rows(["a"], mu, pi, mask, ver)
 
 
 def test_estimator_config_is_validated() -> None:

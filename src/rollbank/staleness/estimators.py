@@ -209,6 +209,24 @@ class ScoredTokens:
         return np.asarray(current_version - v[v != ENV_VERSION], dtype=np.int64)
 
 
+def scored_rows(
+    trajectory_ids: Sequence[str], behaviour: ArrayLike, current: ArrayLike,
+    loss_mask: ArrayLike, policy_versions: ArrayLike,
+) -> list[ScoredTokens]:
+    """Rows of right-padded ``[B, T]`` arrays (the loader's layout: padding has mask 0 and
+    version -1) as :class:`ScoredTokens`, e.g. behaviour = ``TensorBatch.old_logprobs`` and
+    current = the trainer's recompute, both ``.numpy()``."""
+    mu, pi = _f64(behaviour), _f64(current)
+    m, v = model_mask(loss_mask), np.asarray(policy_versions, dtype=np.int64)
+    if not (mu.ndim == 2 and mu.shape == pi.shape == m.shape == v.shape
+            and mu.shape[0] == len(trajectory_ids)):
+        raise DivergenceInputError(
+            f"need [B, T] arrays for {len(trajectory_ids)} ids: behaviour {mu.shape}, "
+            f"current {pi.shape}, mask {m.shape}, versions {v.shape}"
+        )
+    return [ScoredTokens.build(t, mu[i], pi[i], m[i], v[i]) for i, t in enumerate(trajectory_ids)]
+
+
 def trajectory_divergence(
     scored: ScoredTokens, config: EstimatorConfig | None = None
 ) -> DivergenceStats:
