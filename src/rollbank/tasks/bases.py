@@ -21,6 +21,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote as _q
 
 from rollbank.config import cache_dir
 from rollbank.errors import BuildError
@@ -142,7 +143,3 @@ def _build(target: Path) -> None:
         raise BuildError(f"mmdebstrap failed ({proc.returncode}): {proc.stderr[-2000:]}")
     (tmp / ".rollbank-base").write_text(json.dumps({"suite": SUITE, "digest": recipe_digest()}) + "\n")
     tmp.rename(target)
-
-
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "'\"'\"'") + "'"
