@@ -222,6 +222,19 @@ async def collect(
             stack.callback(prom.close)
             sinks.append(prom)
             log.record("prometheus", clock.now(), port=port)
+        if config.metrics.tensorboard:
+            from rollbank.metrics.tensorboard import open_tensorboard
+
+            tb = await asyncio.to_thread(open_tensorboard, out_dir / "tensorboard")
+            stack.push_async_callback(asyncio.to_thread, tb.close)
+            sinks.append(tb)
+        if config.metrics.wandb:
+            from rollbank.metrics.wandb import open_wandb
+
+            wb = await asyncio.to_thread(open_wandb, out_dir / "wandb", name=out_dir.name,
+                                         config=config.model_dump(mode="json"))
+            stack.push_async_callback(asyncio.to_thread, wb.close)
+            sinks.append(wb)
         if _live_wanted(config.metrics.live):
             from rollbank.metrics.live import LiveView
 

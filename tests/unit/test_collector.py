@@ -119,3 +119,19 @@ def test_tasks_to_prepare_covers_the_first_groups_only() -> None:
     # pool 6 + one more batch of 4 + a batch of slack (requeues): the first 14 in sequence
     assert [t.task_id for t in prep] == [f"t{i:02d}" for i in range(14)]
     assert len(tasks_to_prepare(cfg, tasks[:5])) == 5
+
+
+async def test_collect_writes_tensorboard_scalars_when_asked(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboardX")
+    _, clients = make_fake_fleet(2, responder=model)
+    plane = InferencePlane({c.base_url: c for c in clients}, TOK, TOK.vocab_size, "fake")
+    cfg = config(num_batches=1).model_copy(update={"metrics": config().metrics.model_copy(
+        update={"tensorboard": True, "report": False, "record_episodes": False})})
+    async with WarmPool(FakeBackend(files={"/app/.keep": b""})) as pool:
+        sandboxes = SandboxPlane(WarmSource(pool, fake_spec(("L",))), FileVerifier())
+        await collect(cfg, tasks=[make_task()], inference=plane, sandboxes=sandboxes,
+                      out_dir=tmp_path / "run", capacity=Capacity(100.0, 400.0, 1000.0, 4000.0,
+                                                                  sandbox_slots=4))
+    [events_file] = (tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*")
+    data = events_file.read_bytes()
+    assert b"batch/time_to_batch_s" in data and b"attempt/duration_s" in data
