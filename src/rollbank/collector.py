@@ -43,6 +43,7 @@ from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import make_workload
 from rollbank.errors import ConfigError
+from rollbank.extras import require
 from rollbank.inference.protocol import InferenceClient, Tokenizer
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.calibrate import calibrate
@@ -194,6 +195,8 @@ async def collect(
 ) -> CollectResult:
     """Run one collection with opened planes; write batches, events, episodes, summary."""
     clock = clock or MonotonicClock()
+    if config.metrics.report:  # fail before collecting, not after
+        require("matplotlib", "report", "metrics.report = true (report.html)")
     dump_resolved(config, out_dir)  # creates out_dir
     sched = config.scheduler
     servers = list(inference.clients)
