@@ -70,5 +70,5 @@ def test_report_without_trajectories_still_renders(tmp_path: Path) -> None:
 @pytest.mark.skipif(HAVE_MATPLOTLIB, reason="checks the error when rollbank[report] is missing")
 def test_report_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
     with pytest.raises(MissingExtraError, match=r"pip install 'rollbank\[report\]'"):
-        write_report(tmp_path / "r.html", title="t", trajectories=[traj(0, 0.0, 1.0)],
+        write_report(tmp_path / "r.html", title="t", trajectories=[traj(0, 0.0, 3.0)],
                      events=[], batches=[], config={})
