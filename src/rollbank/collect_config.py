@@ -88,7 +88,18 @@ class MetricsSection(Section):
     prometheus_port: int | None = Field(
         default=None, ge=0, le=65535, description="serve Prometheus metrics on this port (0: any free)"
     )
-    report: bool = Field(default=True, description="write report.html with plots at the end")
+    report: bool = Field(
+        default=True, description="write report.html with plots at the end (needs rollbank[report])"
+    )
+    tensorboard: bool = Field(
+        default=False, description="write TensorBoard event files of the run's scalar series "
+        "(attempt/*, batch/*) under <output>/tensorboard (needs rollbank[tensorboard])",
+    )
+    wandb: bool = Field(
+        default=False, description="log the same series to Weights & Biases in offline mode under "
+        "<output>/wandb, never contacting a server; upload later with `wandb sync` "
+        "(needs rollbank[wandb])",
+    )
     record_episodes: bool = Field(
         default=True, description="write one replayable episode file per attempt under episodes/"
     )

@@ -43,6 +43,7 @@ from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import make_workload
 from rollbank.errors import ConfigError, InputError
+from rollbank.extras import require
 from rollbank.inference.protocol import InferenceClient, Tokenizer
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.calibrate import calibrate
@@ -197,6 +198,8 @@ async def collect(
     """Run one collection with opened planes; write batches, events, episodes, summary."""
     clock = clock or MonotonicClock()
     check_output_folder(out_dir)  # before the first launch, not when the first batch is written
+    if config.metrics.report:  # fail before collecting, not after
+        require("matplotlib", "report", "metrics.report = true (report.html)")
     dump_resolved(config, out_dir)  # creates out_dir
     sched = config.scheduler
     servers = list(inference.clients)
@@ -225,6 +228,19 @@ async def collect(
             stack.callback(prom.close)
             sinks.append(prom)
             log.record("prometheus", clock.now(), port=port)
+        if config.metrics.tensorboard:
+            from rollbank.metrics.tensorboard import open_tensorboard
+
+            tb = await asyncio.to_thread(open_tensorboard, out_dir / "tensorboard")
+            stack.push_async_callback(asyncio.to_thread, tb.close)
+            sinks.append(tb)
+        if config.metrics.wandb:
+            from rollbank.metrics.wandb import open_wandb
+
+            wb = await asyncio.to_thread(open_wandb, out_dir / "wandb", name=out_dir.name,
+                                         config=config.model_dump(mode="json"))
+            stack.push_async_callback(asyncio.to_thread, wb.close)
+            sinks.append(wb)
         if _live_wanted(config.metrics.live):
             from rollbank.metrics.live import LiveView
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rollbank.batching.loader import batch_tensors, read_batch_dir
-from rollbank.batching.schema import SCHEMA_VERSION, SchemaError
+from rollbank.batching.schema import SCHEMA, SCHEMA_VERSION, SchemaError, column_docs
 from rollbank.batching.writer import (
     LATEST_NAME,
     MANIFEST_NAME,
@@ -112,3 +112,10 @@ def test_reader_detects_a_corrupted_parquet(tmp_path: Path) -> None:
         read_batch_dir(d)
     with pytest.raises(SchemaError, match="rows"):  # even unverified, the row count must match
         read_batch_dir(d, verify=False)
+
+
+def test_a_written_batch_file_carries_the_column_docs(tmp_path: Path) -> None:
+    [b] = _batches(1)
+    d = write_batch(tmp_path, b)
+    docs = column_docs(pq.read_schema(d / PARQUET_NAME))
+    assert docs == column_docs(SCHEMA) and docs["advantage"]

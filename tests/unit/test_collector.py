@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
 
 TOK = FakeTokenizer()
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
 def model(req: GenerateRequest) -> str:
@@ -43,6 +45,10 @@ def config(**sched: object) -> CollectConfig:
     })
 
 
+def with_metrics(cfg: CollectConfig, **update: object) -> CollectConfig:
+    return cfg.model_copy(update={"metrics": cfg.metrics.model_copy(update=update)})
+
+
 async def test_collect_writes_batches_events_episodes_summary_and_report(tmp_path: Path) -> None:
     task = make_task()
     _, clients = make_fake_fleet(2, responder=model)
@@ -52,7 +58,8 @@ async def test_collect_writes_batches_events_episodes_summary_and_report(tmp_pat
     async with WarmPool(backend) as pool:
         sandboxes = SandboxPlane(
             WarmSource(pool, fake_spec(("L",))), FileVerifier())
-        result = await collect(config(), tasks=[task], inference=plane, sandboxes=sandboxes,
+        cfg = with_metrics(config(), report=HAVE_MATPLOTLIB)  # report.html: rollbank[report]
+        result = await collect(cfg, tasks=[task], inference=plane, sandboxes=sandboxes,
                                out_dir=tmp_path / "run", capacity=cap)
     assert not backend.live
     out = tmp_path / "run"
@@ -77,7 +84,10 @@ async def test_collect_writes_batches_events_episodes_summary_and_report(tmp_pat
     led = summary["ledger"]
     assert led["launched"] == led["consumed"] + led["retried"] + led["waste"]
     assert led["in_flight"] == led["finished"] == 0
-    assert (out / "report.html").read_text().count("data:image/png") == 4
+    if HAVE_MATPLOTLIB:
+        assert (out / "report.html").read_text().count("data:image/png") == 4
+    else:
+        assert not (out / "report.html").exists()
     assert json.loads((out / "config.resolved.json").read_text())["scheduler"]["num_batches"] == 2
 
 
@@ -119,3 +129,33 @@ def test_tasks_to_prepare_covers_the_first_groups_only() -> None:
     # pool 6 + one more batch of 4 + a batch of slack (requeues): the first 14 in sequence
     assert [t.task_id for t in prep] == [f"t{i:02d}" for i in range(14)]
     assert len(tasks_to_prepare(cfg, tasks[:5])) == 5
+
+
+async def test_collect_writes_tensorboard_scalars_when_asked(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboardX")
+    _, clients = make_fake_fleet(2, responder=model)
+    plane = InferencePlane({c.base_url: c for c in clients}, TOK, TOK.vocab_size, "fake")
+    cfg = with_metrics(config(num_batches=1), tensorboard=True, report=False,
+                       record_episodes=False)
+    async with WarmPool(FakeBackend(files={"/app/.keep": b""})) as pool:
+        sandboxes = SandboxPlane(WarmSource(pool, fake_spec(("L",))), FileVerifier())
+        await collect(cfg, tasks=[make_task()], inference=plane, sandboxes=sandboxes,
+                      out_dir=tmp_path / "run", capacity=Capacity(100.0, 400.0, 1000.0, 4000.0,
+                                                                  sandbox_slots=4))
+    [events_file] = (tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*")
+    data = events_file.read_bytes()
+    assert b"batch/time_to_batch_s" in data and b"attempt/duration_s" in data
+
+
+@pytest.mark.skipif(HAVE_MATPLOTLIB, reason="checks the error when rollbank[report] is missing")
+async def test_report_without_its_extra_fails_before_collecting(tmp_path: Path) -> None:
+    from rollbank.extras import MissingExtraError
+
+    _, clients = make_fake_fleet(1, responder=model)
+    plane = InferencePlane({c.base_url: c for c in clients}, TOK, TOK.vocab_size, "fake")
+    async with WarmPool(FakeBackend(files={"/app/.keep": b""})) as pool:
+        sandboxes = SandboxPlane(WarmSource(pool, fake_spec(("L",))), FileVerifier())
+        with pytest.raises(MissingExtraError, match=r"rollbank\[report\]"):
+            await collect(with_metrics(config(), report=True), tasks=[make_task()],
+                          inference=plane, sandboxes=sandboxes, out_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()

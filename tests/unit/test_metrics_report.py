@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
 from pathlib import Path
+
+import pytest
 
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.spans import Span, add_span
 from rollbank.episodes.trajectory import Trajectory
+from rollbank.extras import MissingExtraError
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.report import _lanes, write_report
 from rollbank.metrics.summary import summarize_batch
+
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+needs_matplotlib = pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="needs rollbank[report]")
 
 
 def traj(i: int, start: float, end: float) -> Trajectory:
@@ -31,6 +38,7 @@ def test_lanes_pack_non_overlapping_intervals() -> None:
     assert _lanes([(0, 2, a), (1, 3, b), (2, 4, c)]) == [0, 1, 0]
 
 
+@needs_matplotlib
 def test_report_is_self_contained_with_plots(tmp_path: Path) -> None:
     trajs = [traj(i, 0.5 * i, 0.5 * i + 3) for i in range(6)]
     events = [{"kind": "group_ready", "t": 3.0 + g} for g in range(3)]
@@ -53,6 +61,14 @@ def test_report_is_self_contained_with_plots(tmp_path: Path) -> None:
     assert "http://" not in html and "src='/" not in html  # nothing external
 
 
+@needs_matplotlib
 def test_report_without_trajectories_still_renders(tmp_path: Path) -> None:
     path = write_report(tmp_path / "r.html", title="empty", trajectories=[], events=[], batches=[])
     assert path.read_text().count("data:image/png;base64,") == 1
+
+
+@pytest.mark.skipif(HAVE_MATPLOTLIB, reason="checks the error when rollbank[report] is missing")
+def test_report_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
+    with pytest.raises(MissingExtraError, match=r"pip install 'rollbank\[report\]'"):
+        write_report(tmp_path / "r.html", title="t", trajectories=[traj(0, 0.0, 3.0)],
+                     events=[], batches=[], config={})

@@ -10,6 +10,11 @@ Invariants
   ``old_logprobs == 0`` and ``policy_versions == -1``.
 - A directory is read only if its manifest's schema version matches and the parquet's
   sha256 equals the manifest's (``verify=True``).
+
+torch comes from the ``train`` extra (``pip install 'rollbank[train]'``); it is imported when
+tensors are made, so :func:`read_batch_dir` and ``import rollbank.batching.loader`` work
+without it, and a missing torch is a :class:`~rollbank.extras.MissingExtraError` naming the
+extra.
 """
 
 from __future__ import annotations
@@ -19,15 +24,21 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from rollbank.batching.schema import SchemaError, batch_to_table, check_schema
 from rollbank.batching.writer import MANIFEST_NAME, PARQUET_NAME
+from rollbank.extras import require
 from rollbank.scheduling.batch import Batch
+
+if TYPE_CHECKING:
+    import torch
+
+_FEATURE = "loading a batch as torch tensors"
 
 
 @dataclass(frozen=True)
@@ -82,11 +93,16 @@ def _padded(col: pa.ChunkedArray | pa.Array, lengths: np.ndarray, width: int,
 
 
 def _column(table: pa.Table, name: str, dtype: type[np.generic]) -> torch.Tensor:
+    import torch
+
     return torch.from_numpy(np.array(table.column(name).to_numpy(), dtype=dtype))  # a copy
 
 
 def table_to_tensors(table: pa.Table, *, pad_id: int = 0, max_len: int | None = None) -> TensorBatch:
     """Convert schema-v1 rows to padded tensors (width = longest row)."""
+    require("torch", "train", _FEATURE)
+    import torch
+
     check_schema(table.schema)
     lengths = np.asarray(table.column("num_tokens").to_numpy(), dtype=np.int64)
     width = int(lengths.max()) if len(lengths) else 0

@@ -4,41 +4,10 @@ Owns the column layout and the conversion :func:`batch_to_table` from a
 :class:`~rollbank.scheduling.batch.Batch`. Readers check ``SCHEMA_VERSION`` in the schema
 metadata (key ``rollbank.schema_version``) and refuse other major versions.
 
-Columns (all non-null unless stated)
-
-==================  ===================  =====================================================
-column              type                 meaning
-==================  ===================  =====================================================
-trajectory_id       string               attempt id ``<group_id>/s<slot>/r<retry>``
-batch_index         int32                index of the batch in its collection
-group_id            string               GRPO group
-group_seq           int32                original launch order of the group
-task_id             string               task
-task_hash           string               task content hash ("" if unknown)
-attempt             int16                sibling slot within the group
-retry               int16                re-runs of this slot before this attempt
-seed                int64                sampling seed of the attempt
-token_ids           list<int32>          prompt + every turn's model and environment tokens
-logprobs            list<float32>        behaviour log-prob per token (0.0 where mask is 0)
-policy_versions     list<int32>          weight version per token (-1 for env/prompt tokens)
-loss_mask           list<int8>           1: sampled by the model (trainable), 0: prompt/env
-prompt_len          int32                tokens of the initial prompt
-num_tokens          int32                len(token_ids)
-num_model_tokens    int32                sum(loss_mask)
-reward              float64              reward used for the advantage
-advantage           float32              GRPO advantage over the group's valid siblings
-group_size          int16                slots in the group (n)
-group_valid         int16                valid siblings (rows of this group in the batch)
-zero_variance       bool                 all valid rewards of the group equal
-outcome             string               model_success | model_failure
-reason              string               reason code (rollbank.episodes.outcome.Reason)
-min_version         int32                oldest version among model tokens (-1 if none)
-max_version         int32                newest version among tokens (-1 if none)
-timings             struct<float64...>   launched_at, started_at, finished_at, duration_s,
-                                         sandbox_setup_s, inference_s, tool_s, verify_s
-servers             list<string>         inference servers that served its turns
-outcome_json        string               the full EpisodeOutcome (evidence) as JSON
-==================  ===================  =====================================================
+Each column is documented once, in :data:`COLUMNS`; the docs become Arrow field metadata
+(key ``doc``) and so ship inside every Parquet file: ``column_docs(pq.read_schema(path))``
+gives them back from a file, and :func:`columns_table` renders them as a text table
+(``python -m rollbank.batching.schema``). All columns are non-null.
 
 Invariants: the four list columns of a row have equal length; rows of one group are
 contiguous and ordered by slot; only trainable outcomes appear.
@@ -64,43 +33,68 @@ TIMING_FIELDS = (
     "sandbox_setup_s", "inference_s", "tool_s", "verify_s",
 )
 
+DOC_KEY = b"doc"
+
+#: (name, type, doc) of every column, in order: the single source of the column docs.
+COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
+    ("trajectory_id", pa.string(), "attempt id <group_id>/s<slot>/r<retry>"),
+    ("batch_index", pa.int32(), "index of the batch in its collection"),
+    ("group_id", pa.string(), "GRPO group"),
+    ("group_seq", pa.int32(), "original launch order of the group"),
+    ("task_id", pa.string(), "task"),
+    ("task_hash", pa.string(), "task content hash (\"\" if unknown)"),
+    ("attempt", pa.int16(), "sibling slot within the group"),
+    ("retry", pa.int16(), "re-runs of this slot before this attempt"),
+    ("seed", pa.int64(), "sampling seed of the attempt"),
+    ("token_ids", pa.list_(pa.int32()), "prompt + every turn's model and environment tokens"),
+    ("logprobs", pa.list_(pa.float32()), "behaviour log-prob per token (0.0 where mask is 0)"),
+    ("policy_versions", pa.list_(pa.int32()), "weight version per token (-1 for env/prompt tokens)"),
+    ("loss_mask", pa.list_(pa.int8()), "1: sampled by the model (trainable), 0: prompt/env"),
+    ("prompt_len", pa.int32(), "tokens of the initial prompt"),
+    ("num_tokens", pa.int32(), "len(token_ids)"),
+    ("num_model_tokens", pa.int32(), "sum(loss_mask)"),
+    ("reward", pa.float64(), "reward used for the advantage"),
+    ("advantage", pa.float32(), "GRPO advantage over the group's valid siblings"),
+    ("group_size", pa.int16(), "slots in the group (n)"),
+    ("group_valid", pa.int16(), "valid siblings (rows of this group in the batch)"),
+    ("zero_variance", pa.bool_(), "all valid rewards of the group equal"),
+    ("outcome", pa.string(), "model_success | model_failure"),
+    ("reason", pa.string(), "reason code (rollbank.episodes.outcome.Reason)"),
+    ("min_version", pa.int32(), "oldest version among model tokens (-1 if none)"),
+    ("max_version", pa.int32(), "newest version among tokens (-1 if none)"),
+    ("timings", pa.struct([pa.field(n, pa.float64(), nullable=False) for n in TIMING_FIELDS]),
+     "seconds: " + ", ".join(TIMING_FIELDS)),
+    ("servers", pa.list_(pa.string()), "inference servers that served its turns"),
+    ("outcome_json", pa.string(), "the full EpisodeOutcome (evidence) as JSON"),
+)
+
 SCHEMA = pa.schema(
-    [
-        pa.field("trajectory_id", pa.string(), nullable=False),
-        pa.field("batch_index", pa.int32(), nullable=False),
-        pa.field("group_id", pa.string(), nullable=False),
-        pa.field("group_seq", pa.int32(), nullable=False),
-        pa.field("task_id", pa.string(), nullable=False),
-        pa.field("task_hash", pa.string(), nullable=False),
-        pa.field("attempt", pa.int16(), nullable=False),
-        pa.field("retry", pa.int16(), nullable=False),
-        pa.field("seed", pa.int64(), nullable=False),
-        pa.field("token_ids", pa.list_(pa.int32()), nullable=False),
-        pa.field("logprobs", pa.list_(pa.float32()), nullable=False),
-        pa.field("policy_versions", pa.list_(pa.int32()), nullable=False),
-        pa.field("loss_mask", pa.list_(pa.int8()), nullable=False),
-        pa.field("prompt_len", pa.int32(), nullable=False),
-        pa.field("num_tokens", pa.int32(), nullable=False),
-        pa.field("num_model_tokens", pa.int32(), nullable=False),
-        pa.field("reward", pa.float64(), nullable=False),
-        pa.field("advantage", pa.float32(), nullable=False),
-        pa.field("group_size", pa.int16(), nullable=False),
-        pa.field("group_valid", pa.int16(), nullable=False),
-        pa.field("zero_variance", pa.bool_(), nullable=False),
-        pa.field("outcome", pa.string(), nullable=False),
-        pa.field("reason", pa.string(), nullable=False),
-        pa.field("min_version", pa.int32(), nullable=False),
-        pa.field("max_version", pa.int32(), nullable=False),
-        pa.field(
-            "timings",
-            pa.struct([pa.field(n, pa.float64(), nullable=False) for n in TIMING_FIELDS]),
-            nullable=False,
-        ),
-        pa.field("servers", pa.list_(pa.string()), nullable=False),
-        pa.field("outcome_json", pa.string(), nullable=False),
-    ],
+    [pa.field(name, type_, nullable=False, metadata={DOC_KEY: doc.encode()})
+     for name, type_, doc in COLUMNS],
     metadata={META_VERSION: SCHEMA_VERSION.encode(), META_NAME: SCHEMA_NAME.encode()},
 )
+
+
+def column_docs(schema: pa.Schema = SCHEMA) -> dict[str, str]:
+    """The ``doc`` of each column of ``schema`` (e.g. read back from a Parquet file)."""
+    return {f.name: (f.metadata or {}).get(DOC_KEY, b"").decode() for f in schema}
+
+
+def _type_name(t: pa.DataType) -> str:
+    if pa.types.is_list(t):
+        return f"list<{t.value_type}>"
+    if pa.types.is_struct(t):
+        return f"struct<{len(t)} fields>"
+    return str(t)
+
+
+def columns_table(schema: pa.Schema = SCHEMA) -> str:
+    """The columns as a plain-text table (name, Arrow type, doc), generated from ``schema``."""
+    docs = column_docs(schema)
+    rows = [(f.name, _type_name(f.type), docs[f.name]) for f in schema]
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
 
 
 class SchemaError(ValueError):
@@ -180,3 +174,7 @@ def check_schema(schema: pa.Schema) -> dict[str, Any]:
     raw = meta.get(META_BATCH)
     summary: dict[str, Any] = json.loads(raw) if raw else {}
     return summary
+
+
+if __name__ == "__main__":
+    print(columns_table())

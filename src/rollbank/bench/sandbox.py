@@ -27,9 +27,10 @@ from :class:`~rollbank.sandbox.local.LocalBackend` on the Debian base of
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
+
+from rollbank.quantiles import quantile
 
 TARGETS = {"warm_start_p50_ms": 20.0, "fork8_p50_ms": 50.0, "exec_overhead_ms": 10.0,
            "host_mb_per_idle_sandbox": 8.0}
@@ -57,19 +58,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if "error" not in result else 1
 
 
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (q in [0, 100])."""
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
-    return s[k]
-
-
-def summary(values_s: list[float]) -> dict[str, float]:
+def summary(values_s: list[float]) -> dict[str, Any]:
+    """p50/p99/min/max in ms (nearest rank, :mod:`rollbank.quantiles`); ``None`` if no samples."""
     ms = [v * 1000 for v in values_s]
-    return {"p50": round(pct(ms, 50), 2), "p99": round(pct(ms, 99), 2),
-            "min": round(min(ms), 2), "max": round(max(ms), 2), "n": len(ms)}
+
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 2)
+
+    return {"p50": r(quantile(ms, 0.50)), "p99": r(quantile(ms, 0.99)),
+            "min": r(min(ms, default=None)), "max": r(max(ms, default=None)), "n": len(ms)}
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from shlex import quote as _quote
 
 from rollbank.episodes.harnesses import Command
 from rollbank.sandbox.protocol import ExecResult, Sandbox, ShellSession
@@ -86,7 +87,3 @@ class ToolExecutor:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
-
-
-def _quote(s: str) -> str:
-    return "'" + s.replace("'", "'\"'\"'") + "'"

@@ -5,5 +5,8 @@
 - ``calibrate``: measures ``Capacity`` against the real inference servers.
 - ``summary``: per-batch metrics (time to batch, tail share, tokens/s, busy/idle time,
   utilisation, outcomes, cache hit rate, T_LB and efficiency).
-- ``report``: the HTML report with plots; ``prometheus``: the endpoint; ``live``: rich view.
+- ``report``: the HTML report with plots (extra ``report``); ``prometheus``: the endpoint;
+  ``live``: rich view.
+- ``scalars``: the scalar series of the events; ``tensorboard`` and ``wandb`` (offline): sinks
+  logging them (extras ``tensorboard``, ``wandb``).
 """

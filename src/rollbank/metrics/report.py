@@ -8,6 +8,10 @@ summaries), so a report can be regenerated from an output folder.
 
 Invariants: one self-contained HTML file (no external assets); matplotlib runs headless (Agg)
 and every figure is closed after rendering.
+
+matplotlib comes from the ``report`` extra (``pip install 'rollbank[report]'``); it is imported
+at the first plot, so importing this module works without it, and a missing matplotlib is a
+:class:`~rollbank.extras.MissingExtraError` naming the extra.
 """
 
 from __future__ import annotations
@@ -20,14 +24,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.patches import Rectangle
-
 from rollbank.episodes.spans import spans_of
 from rollbank.episodes.trajectory import Trajectory
+from rollbank.extras import require
+
+
+class _Pyplot:
+    """``matplotlib.pyplot``, imported (headless, Agg) on first use."""
+
+    _module: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._module is None:
+            feature = "the HTML report's plots"
+            require("matplotlib", "report", feature).use("Agg")
+            self._module = require("matplotlib.pyplot", "report", feature)
+        return getattr(self._module, name)
+
+
+plt: Any = _Pyplot()
 
 _PHASE_COLOURS = {"sandbox_setup": "#8c564b", "exec": "#2ca02c", "verify": "#9467bd",
                   "inference": "#1f77b4"}
@@ -83,7 +98,7 @@ def sandbox_timeline(trajs: Sequence[Trajectory], t0: float) -> str:
             if s.kind in _PHASE_COLOURS:
                 ax.barh(lane, s.duration, left=s.start - t0, height=0.9,
                         color=_PHASE_COLOURS[s.kind], edgecolor="none")
-    handles = [Rectangle((0, 0), 1, 1, color=c) for c in _PHASE_COLOURS.values()]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _PHASE_COLOURS.values()]
     ax.legend(handles, list(_PHASE_COLOURS), loc="upper right", fontsize=7)
     ax.set_xlabel("seconds since first launch")
     ax.set_ylabel("sandbox lane")

@@ -7,7 +7,8 @@ recomputed from a batch directory or an episode folder after the fact.
 Definitions (window = [t_start, t_end], t_start = the previous batch's hand-off or the first
 launch, t_end = this batch's hand-off)
 - time_to_batch_s = t_end - t_start.
-- tail_share = (T100 - T90) / T100 over the accepted trajectories' finish times (from t_start).
+- tail_share = (T100 - T90) / T100 over the accepted trajectories' finish times (from t_start);
+  T90 is the nearest-rank quantile of :mod:`rollbank.quantiles`.
 - inference_busy_s: per server, the union of its inference spans in the window, summed.
 - inference_idle_env_s: per server, time in the window it had nothing in flight while some
   episode was in an environment phase (set-up, tool, verify), summed: the "GPU waiting on the
@@ -31,6 +32,7 @@ from typing import Any
 from rollbank.episodes.spans import Span, spans_of
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.metrics.bound import Capacity, lower_bound
+from rollbank.quantiles import quantile
 
 Interval = tuple[float, float]
 
@@ -67,15 +69,6 @@ def subtract(base: Sequence[Interval], cut: Sequence[Interval]) -> list[Interval
         if cur < b:
             out.append((cur, b))
     return out
-
-
-def quantile(xs: Sequence[float], q: float) -> float:
-    """Nearest-rank quantile (the value a fraction q of the samples reach)."""
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    k = max(0, min(len(s) - 1, int(-(-q * len(s) // 1)) - 1))
-    return s[k]
 
 
 @dataclass(frozen=True)
@@ -154,7 +147,8 @@ def summarize_batch(
     utilisation of sandbox slots."""
     T = max(t_end - t_start, 0.0)
     finishes = [max(t.finished_at - t_start, 0.0) for t in accepted]
-    t90, t100 = quantile(finishes, 0.9), max(finishes, default=0.0)
+    # No accepted trajectory (an empty window): T90 = T100 = 0, tail share 0.
+    t90, t100 = quantile(finishes, 0.9) or 0.0, max(finishes, default=0.0)
     spans = _spans_in(seen)
     inf = [s for s in spans if s.kind == "inference"]
     window_inf = [s for s in inf if t_start <= s.end <= t_end]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from rollbank.quantiles import quantile
 from rollbank.scheduling.batch import DistStats, GroupResult, SelectionProfile
 from rollbank.scheduling.events import WasteReason
 from rollbank.scheduling.ledger import AttemptState, Entry
@@ -23,10 +24,8 @@ def dist(values: Iterable[float]) -> DistStats:
     if not xs:
         return DistStats(0, 0.0, 0.0, 0.0, 0.0)
 
-    def rank(q: float) -> float:
-        return xs[max(0, math.ceil(q * len(xs)) - 1)]
-
-    return DistStats(len(xs), math.fsum(xs) / len(xs), rank(0.5), rank(0.9), xs[-1])
+    return DistStats(len(xs), math.fsum(xs) / len(xs), quantile(xs, 0.5) or 0.0,
+                     quantile(xs, 0.9) or 0.0, xs[-1])
 
 
 def _mean(values: Sequence[float]) -> float:

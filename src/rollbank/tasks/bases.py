@@ -40,6 +40,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from shlex import quote as _q
 
 from rollbank.config import cache_dir
 from rollbank.errors import BuildError
@@ -281,7 +282,3 @@ def _build(target: Path, recipe: Recipe) -> None:
     (tmp / ".rollbank-base").write_text(json.dumps({"suite": SUITE, "recipe": recipe.name,
                                                     "digest": recipe.digest(), "provided": provided}) + "\n")
     tmp.rename(target)
-
-
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "'\"'\"'") + "'"

@@ -30,6 +30,7 @@ import posixpath
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote as _q
 
 from rollbank.errors import BuildError
 from rollbank.tasks import dockerfile as df
@@ -197,7 +198,3 @@ def extract(archive: Path, out: Path, file: Path, line: int) -> None:
             tf.extractall(out, filter="tar")  # refuses absolute and escaping members
     except (tarfile.TarError, OSError) as exc:
         raise BuildError(f"ADD {archive.name}: cannot extract: {exc}", file=file, line=line) from exc
-
-
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "'\"'\"'") + "'"
