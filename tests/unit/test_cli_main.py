@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -32,7 +33,8 @@ def test_help_has_no_rest_markup() -> None:
     assert plain("the ``x`` of :class:`~rollbank.a.Thing`") == "the x of Thing"
     parser = build_parser()
     for name in ("collect", "replay", "serve", "tasks"):
-        sub = parser._subparsers._group_actions[0].choices[name]  # type: ignore[union-attr]
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub = action.choices[name]
         text = sub.format_help()
         assert "``" not in text and ":class:" not in text, name
 
