@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from rollbank.config import Section, validate
+from rollbank.episodes.config import RunnerConfig, SandboxSection
 from rollbank.episodes.harnesses import (
     FencedShellConfig,
     FencedShellHarness,
@@ -21,14 +22,11 @@ from rollbank.episodes.harnesses import (
     Terminus2Config,
     Terminus2Harness,
 )
-from rollbank.episodes.runner import RunnerConfig
 from rollbank.episodes.workload import WorkloadConfig
 from rollbank.errors import ConfigError
 from rollbank.inference.server import ServerConfig
 from rollbank.routing import RouterConfig
-from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.scheduling.config import SchedulerConfig
-from rollbank.tasks.builder import BuilderConfig
 
 DEFAULT_CONFIG = "collect.toml"
 
@@ -57,25 +55,6 @@ class InferenceSection(Section):
     )
     calibrate: bool = Field(
         default=True, description="measure the servers' capacity (for the lower bound) before collecting"
-    )
-
-
-class SandboxSection(Section):
-    """Where episodes run."""
-
-    warm: bool = Field(
-        default=True, description="fork each episode from a warm pool snapshot of its task (false: build "
-        "the environment and start a cold sandbox per episode, the naive baseline)",
-    )
-    cold_rebuild: bool = Field(
-        default=True, description="with warm = false, rebuild the task's layers per episode in a fresh "
-        "layer cache (the base filesystem stays cached), as a docker build per episode would",
-    )
-    local: LocalSandboxConfig = Field(
-        default_factory=LocalSandboxConfig, description="local backend settings"
-    )
-    builder: BuilderConfig = Field(
-        default_factory=lambda: BuilderConfig.model_validate({}), description="environment builder settings"
     )
 
 

@@ -39,7 +39,7 @@ from rollbank.collect_config import CollectConfig, InferenceSection, make_harnes
 from rollbank.config import dump_resolved
 from rollbank.episodes.replay import EpisodeRecorder
 from rollbank.episodes.runner import EpisodeRunner
-from rollbank.episodes.sources import SandboxSource, Verifier
+from rollbank.episodes.sources import SandboxPlane
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import make_workload
 from rollbank.errors import ConfigError, InputError
@@ -69,12 +69,6 @@ class InferencePlane:
     async def reset_caches(self) -> None:
         for c in self.clients.values():
             await c.reset_prefix_cache()
-
-
-@dataclass
-class SandboxPlane:
-    source: SandboxSource
-    verifier: Verifier
 
 
 @dataclass

@@ -12,12 +12,26 @@ from pathlib import Path
 
 
 class RollbankError(Exception):
-    """Base of every error rollbank raises on purpose."""
+    """Base of every error rollbank raises on purpose.
+
+    ``exit_code`` is what the command line returns when this error ends a command (see
+    docs/architecture.md, "Exit codes"): 1 the run failed, 2 usage, 3 bad input.
+    """
+
+    exit_code = 1
+
+
+class UsageError(RollbankError):
+    """The command line itself is wrong (unknown flag, malformed ``--set``)."""
+
+    exit_code = 2
 
 
 # ---------------------------------------------------------------- input: tasks and config
 class InputError(RollbankError):
     """Bad operator input. Always names where: a file, and a field or line when known."""
+
+    exit_code = 3
 
     def __init__(
         self,

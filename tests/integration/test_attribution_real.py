@@ -23,22 +23,23 @@ import pytest
 from rollbank.cli.main import main
 from rollbank.clock import FakeClock
 from rollbank.episodes.attribution import VerifierVerdict
+from rollbank.episodes.config import RunnerConfig
 from rollbank.episodes.harnesses import FencedShellHarness
 from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.replay import EpisodeRecorder, episode_filename
-from rollbank.episodes.runner import EpisodeRunner, EpisodeSink, RunnerConfig
+from rollbank.episodes.runner import EpisodeRunner, EpisodeSink
 from rollbank.episodes.sandboxes import Layers, TaskVerifier, WarmSource
 from rollbank.episodes.sources import Acquired, Verifier
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
 from rollbank.routing import make_router
-from rollbank.sandbox.local import LocalBackend
+from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.pool import WarmPool
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.scheduling.types import AttemptKey, AttemptSpec
-from rollbank.tasks.builder import BuilderConfig
+from rollbank.tasks.config import BuilderConfig
 from rollbank.tasks.loader import load_task
 from rollbank.tasks.model import Task
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from rollbank.batching.batch import Batch
 from rollbank.batching.loader import batch_tensors, read_batch_dir
 from rollbank.batching.schema import SCHEMA, SCHEMA_VERSION, SchemaError, column_docs
 from rollbank.batching.writer import (
@@ -21,7 +22,6 @@ from rollbank.batching.writer import (
 )
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.batch import Batch
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.fake import FakePlan, make_trajectory
 from rollbank.scheduling.scheduler import Scheduler

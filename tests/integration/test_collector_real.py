@@ -22,8 +22,8 @@ from rollbank.episodes.harnesses import make_harness
 from rollbank.episodes.outcome import Outcome
 from rollbank.episodes.replay import load_episode, replay_episode
 from rollbank.episodes.sandboxes import ColdSource, TaskVerifier, open_sandboxes
-from rollbank.sandbox.local import LocalBackend
-from rollbank.tasks.builder import BuilderConfig
+from rollbank.sandbox.local.backend import LocalBackend
+from rollbank.tasks.config import BuilderConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]
 

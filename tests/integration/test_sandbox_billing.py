@@ -19,7 +19,9 @@ import pytest
 from rollbank.episodes.attribution import death_reason
 from rollbank.episodes.outcome import Reason
 from rollbank.errors import SandboxDiedError
-from rollbank.sandbox.local import LocalBackend, LocalSandbox, LocalSandboxConfig
+from rollbank.sandbox.local.backend import LocalBackend
+from rollbank.sandbox.local.config import LocalSandboxConfig
+from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.protocol import ExecResult, Limits, SandboxSpec
 from rollbank.tasks.bases import ensure_base
 

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from rollbank.errors import SandboxStartError
-from rollbank.sandbox.local import LocalBackend, LocalSandbox, LocalSandboxConfig
+from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.local.cgroups import CgroupLayout
+from rollbank.sandbox.local.config import LocalSandboxConfig
+from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.protocol import Limits, SandboxSpec
 from rollbank.tasks.bases import ensure_base
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from rollbank.errors import BuildError
-from rollbank.tasks.builder import BuilderConfig, BuiltEnvironment, EnvironmentBuilder
+from rollbank.tasks.builder import BuiltEnvironment, EnvironmentBuilder
+from rollbank.tasks.config import BuilderConfig
 from rollbank.tasks.loader import load_task
 from rollbank.tasks.model import Task
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from rollbank.cli.main import main
-from rollbank.sandbox.local import LocalBackend
+from rollbank.episodes.validate import validate_task, validate_tasks
+from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.tasks.builder import BuiltEnvironment, EnvironmentBuilder
 from rollbank.tasks.loader import load_task, load_tasks
-from rollbank.tasks.validate import validate_task, validate_tasks
 
 pytestmark = pytest.mark.integration
 

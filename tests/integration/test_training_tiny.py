@@ -12,17 +12,17 @@ pytest.importorskip("transformers")
 import torch
 
 from rollbank.batching.advantages import AdvantageConfig, grpo_advantages
-from rollbank.batching.loader import TensorBatch, read_batch_dir, table_to_tensors
-from rollbank.batching.writer import write_batch
-from rollbank.episodes.outcome import EpisodeOutcome, Reason
-from rollbank.episodes.trajectory import Trajectory
-from rollbank.scheduling.batch import (
+from rollbank.batching.batch import (
     Batch,
     BatchAccounting,
     DistStats,
     GroupResult,
     SelectionProfile,
 )
+from rollbank.batching.loader import TensorBatch, read_batch_dir, table_to_tensors
+from rollbank.batching.writer import write_batch
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.trajectory import Trajectory
 from rollbank.training.checkpoint import LATEST_NAME, META_NAME, read_meta
 from rollbank.training.config import LoraSettings, TrainerConfig
 from rollbank.training.logprobs import token_logprobs

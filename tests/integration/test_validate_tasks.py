@@ -16,12 +16,12 @@ import pytest
 
 from rollbank.cli.main import main
 from rollbank.episodes.outcome import Outcome
+from rollbank.episodes.validate import load_baseline, spec_for, validate_task, validate_tasks
 from rollbank.episodes.verifier import VerifierStatus, run_verifier, verifier_outcome
-from rollbank.sandbox.local import LocalBackend
+from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.tasks.builder import EnvironmentBuilder
 from rollbank.tasks.loader import load_task, load_tasks
 from rollbank.tasks.model import Task
-from rollbank.tasks.validate import load_baseline, spec_for, validate_task, validate_tasks
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from rollbank.clock import FakeClock
 from rollbank.episodes.attribution import VerifierVerdict
+from rollbank.episodes.config import RunnerConfig
 from rollbank.episodes.harnesses import FencedShellHarness
 from rollbank.episodes.outcome import Reason
-from rollbank.episodes.runner import EpisodeRunner, RunnerConfig
+from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.sandboxes import SpecOf, WarmSource, spec_for
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import TraceWorkload

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from rollbank.batching.batch import Batch
 from rollbank.batching.loader import batch_tensors, iter_tensor_batches, table_to_tensors
 from rollbank.batching.schema import (
     META_VERSION,
@@ -17,7 +18,6 @@ from rollbank.batching.schema import (
 )
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.batch import Batch
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.fake import FakePlan, make_trajectory
 from rollbank.scheduling.scheduler import Scheduler

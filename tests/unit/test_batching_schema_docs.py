@@ -5,10 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rollbank.batching.batch import Batch
 from rollbank.batching.schema import COLUMNS, SCHEMA, batch_to_table, column_docs, columns_table
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.batch import Batch
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.fake import FakePlan, make_trajectory
 from rollbank.scheduling.scheduler import Scheduler

@@ -14,10 +14,10 @@ from episode_rig import make_task, rig, script
 from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.trajectory import Trajectory
+from rollbank.episodes.validate import VerifyBaseline, baseline_path, load_baseline, save_baseline
 from rollbank.sandbox.fake import FakeBackend, FakeSandbox
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import Task
-from rollbank.tasks.validate import VerifyBaseline, baseline_path, load_baseline, save_baseline
 
 
 class StateVerifier:

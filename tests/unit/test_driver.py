@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from rollbank.batching.batch import Batch
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.errors import SchedulingError
-from rollbank.scheduling.batch import Batch
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.driver import CollectionDriver
 from rollbank.scheduling.events import AttemptFinished, Event, EventKind, ListSink

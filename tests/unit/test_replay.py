@@ -11,6 +11,7 @@ import pytest
 from episode_rig import FileVerifier, fake_spec, make_task, script
 
 from rollbank.clock import FakeClock
+from rollbank.episodes.config import RunnerConfig
 from rollbank.episodes.harnesses import FencedShellHarness
 from rollbank.episodes.replay import (
     SCHEMA,
@@ -19,7 +20,7 @@ from rollbank.episodes.replay import (
     load_episode,
     replay_episode,
 )
-from rollbank.episodes.runner import EpisodeRunner, RunnerConfig
+from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.errors import InputError
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet

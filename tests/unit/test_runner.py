@@ -8,9 +8,10 @@ import pytest
 from episode_rig import FileVerifier, rig, script
 
 from rollbank.clock import FakeClock
+from rollbank.episodes.config import RunnerConfig
 from rollbank.episodes.harnesses import FencedShellHarness
 from rollbank.episodes.outcome import Outcome, Reason
-from rollbank.episodes.runner import EpisodeRunner, RunnerConfig
+from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.spans import spans_of
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from rollbank.batching.batch import Batch
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.batch import Batch
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.events import EventKind, WasteReason
 from rollbank.scheduling.fake import FakePlan, make_trajectory

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from rollbank.batching.batch import Unreachable
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.errors import RollbankError, SchedulingError
-from rollbank.scheduling.batch import Unreachable
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.events import Event, EventKind, TaskUnreachable
 from rollbank.scheduling.fake import FakePlan, make_trajectory

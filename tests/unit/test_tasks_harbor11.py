@@ -153,8 +153,8 @@ def test_load_each_reports_every_failure_and_goes_on(tmp_path: Path) -> None:
 
 
 def test_trial_reward_mean_final_and_unrun_steps() -> None:
+    from rollbank.episodes.validate_steps import StepsOutcome
     from rollbank.episodes.verifier import VerifierResult, VerifierStatus
-    from rollbank.tasks.validate_steps import StepsOutcome
 
     t = load_task(REAL / "multi-step-notes")
     stopped = StepsOutcome(results=[("01-create", VerifierResult(VerifierStatus.FAIL, 0.5))])

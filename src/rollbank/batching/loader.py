@@ -30,10 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rollbank.batching.batch import Batch
 from rollbank.batching.schema import SchemaError, batch_to_table, check_schema
 from rollbank.batching.writer import MANIFEST_NAME, PARQUET_NAME
 from rollbank.extras import require
-from rollbank.scheduling.batch import Batch
 
 if TYPE_CHECKING:
     import torch

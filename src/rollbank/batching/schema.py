@@ -1,7 +1,7 @@
 """The Arrow schema of a trainable batch, version 1: one row per trainable trajectory.
 
 Owns the column layout and the conversion :func:`batch_to_table` from a
-:class:`~rollbank.scheduling.batch.Batch`. Readers check ``SCHEMA_VERSION`` in the schema
+:class:`~rollbank.batching.batch.Batch`. Readers check ``SCHEMA_VERSION`` in the schema
 metadata (key ``rollbank.schema_version``) and refuse other major versions.
 
 Each column is documented once, in :data:`COLUMNS`; the docs become Arrow field metadata
@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from rollbank.scheduling.batch import Batch
+from rollbank.batching.batch import Batch
 
 SCHEMA_VERSION = "1"
 SCHEMA_NAME = "rollbank.trajectory_batch"

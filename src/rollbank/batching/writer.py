@@ -27,8 +27,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from rollbank.batching.batch import Batch
 from rollbank.batching.schema import SCHEMA_NAME, SCHEMA_VERSION, batch_summary, batch_to_table
-from rollbank.scheduling.batch import Batch
 
 PARQUET_NAME = "trajectories.parquet"
 MANIFEST_NAME = "manifest.json"

@@ -75,8 +75,10 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
     import time
 
-    from rollbank.sandbox.local import LocalBackend, LocalSandbox, LocalSandboxConfig
+    from rollbank.sandbox.local.backend import LocalBackend
+    from rollbank.sandbox.local.config import LocalSandboxConfig
     from rollbank.sandbox.local.proc import run_process
+    from rollbank.sandbox.local.sandbox import LocalSandbox
     from rollbank.sandbox.protocol import SandboxSpec
     from rollbank.tasks.bases import ensure_base
 
@@ -219,14 +221,13 @@ async def _cold(samples: int, tmp: Path, base: Path) -> dict[str, Any]:
     import time
     import uuid
 
-    from rollbank.sandbox.local import LocalBackend, LocalSandboxConfig
+    from rollbank.sandbox.local.backend import LocalBackend
+    from rollbank.sandbox.local.config import LocalSandboxConfig
     from rollbank.sandbox.protocol import SandboxSpec
+    from rollbank.tasks.builder import EnvironmentBuilder
+    from rollbank.tasks.config import BuilderConfig
+    from rollbank.tasks.loader import load_task
 
-    try:
-        from rollbank.tasks.builder import BuilderConfig, EnvironmentBuilder
-        from rollbank.tasks.loader import load_task
-    except ImportError as exc:  # engineer A's builder missing: say so, do not invent a number
-        return {"error": f"task builder unavailable: {exc}"}
     totals, builds, starts = [], [], []
     async with LocalBackend(LocalSandboxConfig(run_dir=tmp / "cold-run")) as backend:
         for i in range(samples):

@@ -1,12 +1,22 @@
 """`rollbank` command line. Thin: each sub-command module registers itself and imports its
-heavy dependencies lazily inside its handler, so `rollbank --help` stays instant."""
+heavy dependencies lazily inside its handler, so `rollbank --help` stays instant.
+
+Exit codes (every command): 0 ok; 1 the run failed (a :class:`~rollbank.errors.RollbankError`
+that is not about input, e.g. a server that never became healthy); 2 usage (unknown flag,
+malformed value on the command line); 3 bad input (a task, config or episode file, named in
+the message); 130 interrupted. Errors go to stderr as one line ``rollbank CMD: error: ...``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
 from collections.abc import Sequence
+
+from rollbank import __version__
 
 # Each module exposes `register(subparsers)`; handlers are set with `set_defaults(func=...)`
 # and return a process exit code.
@@ -18,22 +28,69 @@ COMMAND_MODULES = (
     "rollbank.cli.bench",
 )
 
+_REST = re.compile(r"``([^`]+)``|:(?:class|func|meth|attr|mod):`~?([^`]+)`")
+
+
+def plain(text: str | None) -> str:
+    """A docstring as help text: reST inline markup (````x````, ``:class:`y```) made plain."""
+    return _REST.sub(lambda m: m.group(1) or m.group(2).rsplit(".", 1)[-1], text or "")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the paragraphs of a description; strips reST markup from every help text."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain(text))
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain(super()._expand_help(action))
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollbank",
         description="Collect agentic-RL rollouts and hand a trainer complete GRPO batches.",
+        formatter_class=HelpFormatter,
+        epilog="exit codes: 0 ok, 1 run failed, 2 usage, 3 bad input, 130 interrupted",
     )
+    parser.add_argument("--version", action="version", version=f"rollbank {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for action in sub.choices.values():
+        _set_formatter(action)
     return parser
 
 
+def _set_formatter(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _set_formatter(child)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from rollbank.errors import RollbankError
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    code: int = args.func(args)
+    command = " ".join(str(getattr(args, k)) for k in ("command",) if getattr(args, k, None))
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()
+    except RollbankError as exc:
+        print(f"rollbank {command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"rollbank {command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`rollbank tasks list | head`): not an error of ours. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return code
 
 

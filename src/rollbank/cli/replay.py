@@ -29,9 +29,9 @@ async def _replay(episode: Path, task_dir: Path | None) -> dict[str, Any]:
     from rollbank.episodes.harnesses import make_harness
     from rollbank.episodes.replay import load_episode, replay_episode
     from rollbank.episodes.sandboxes import ColdSource, TaskVerifier
-    from rollbank.sandbox.local import LocalBackend
+    from rollbank.sandbox.local.backend import LocalBackend
     from rollbank.sandbox.local.config import LocalSandboxConfig
-    from rollbank.tasks.builder import BuilderConfig
+    from rollbank.tasks.config import BuilderConfig
     from rollbank.tasks.loader import load_task
 
     record = load_episode(episode)

@@ -105,8 +105,8 @@ def _build(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     import asyncio
 
+    from rollbank.episodes.validate import Validation
     from rollbank.tasks.loader import LoadFailure, load_each
-    from rollbank.tasks.validate import Validation
 
     entries = load_each(args.paths)
     failures = [e for e in entries if isinstance(e, LoadFailure)]
@@ -137,10 +137,10 @@ def _show(rec: Any, args: argparse.Namespace) -> None:
 
 
 async def _validate_async(tasks: list[Any], args: argparse.Namespace, load_failed: list[str]) -> int:
+    from rollbank.episodes.validate import Validation, validate_tasks
     from rollbank.errors import IsolationUnavailableError
-    from rollbank.sandbox.local import LocalBackend
+    from rollbank.sandbox.local.backend import LocalBackend
     from rollbank.tasks.builder import EnvironmentBuilder
-    from rollbank.tasks.validate import Validation, validate_tasks
 
     def show(rec: Validation) -> None:
         _show(rec, args)

@@ -8,7 +8,7 @@ with what rollbank already has:
 - the same check on a FRESH sandbox from the task's pristine state (the source's
   ``acquire``: a fork of the warm snapshot, or a cold start), under the task's own limits: the
   verifier re-run (verifier errors) or the probe (sandbox death, step timeout);
-- the verifier baseline recorded by ``tasks validate`` (``tasks/validate.py``), if present.
+- the verifier baseline recorded by ``tasks validate`` (``episodes/validate.py``), if present.
 
 The decision itself is pure (``episodes/attribution.py``). The experiment runs only on those
 error paths; a normal episode pays nothing. ``stats`` counts how often it ran and its cost.
@@ -36,10 +36,10 @@ from rollbank.episodes.attribution import (
 )
 from rollbank.episodes.outcome import Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
+from rollbank.episodes.validate import VerifyBaseline, load_baseline
 from rollbank.errors import RollbankError, SandboxError, VerifierError, VerifierTimeoutError
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import Task
-from rollbank.tasks.validate import VerifyBaseline, load_baseline
 
 PROBE_COMMAND = "ls / >/dev/null && echo ok"
 

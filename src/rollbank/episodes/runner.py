@@ -35,10 +35,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from pydantic import Field
-
 from rollbank.clock import Clock, MonotonicClock
-from rollbank.config import Section
+from rollbank.episodes.attempt import AttemptKey, AttemptSpec
 from rollbank.episodes.attribution import (
     TIMED_OUT_ENDS,
     VERIFIABLE,
@@ -50,6 +48,7 @@ from rollbank.episodes.attribution import (
     stalled,
 )
 from rollbank.episodes.billing import step_bill
+from rollbank.episodes.config import RunnerConfig
 from rollbank.episodes.conversation import Conversation
 from rollbank.episodes.counterfactual import Counterfactual
 from rollbank.episodes.harnesses import ActionKind, Harness
@@ -70,45 +69,9 @@ from rollbank.errors import (
 from rollbank.inference.protocol import GenerateRequest, InferenceClient, Tokenizer
 from rollbank.routing import Router, RouteRequest
 from rollbank.sandbox.protocol import Sandbox, SandboxUsage
-from rollbank.scheduling.types import AttemptKey, AttemptSpec
 from rollbank.tasks.model import Task
 
 log = logging.getLogger(__name__)
-
-class RunnerConfig(Section):
-    """Limits of one episode."""
-
-    max_turns: int = Field(default=8, ge=1, description="model turns before the episode ends (max_turns); with a trace "
-        "workload the plan's turn count replaces it")
-    step_timeout_s: float = Field(
-        default=30.0, gt=0, description="per-command timeout inside the sandbox (the command is killed)"
-    )
-    episode_budget_s: float | None = Field(
-        default=None, gt=0,
-        description="seconds of command execution per episode (the model's tool time; the "
-        "verifier is not charged); None: the task's agent_timeout_s",
-    )
-    step_timeout_ends_episode: bool = Field(
-        default=False, description="end the episode (step_timeout, model_failure) when a command times "
-        "out; false: the model sees the timeout and may continue",
-    )
-    max_model_len: int = Field(default=2048, ge=64, description="the served model's context (tokens)")
-    min_new_tokens: int = Field(
-        default=16, ge=1, description="if fewer tokens fit in the context, the episode ends (context)"
-    )
-    use_shell: bool = Field(
-        default=True, description="run commands in one persistent shell (cwd/env survive between steps)"
-    )
-    verifier_slots: int | None = Field(
-        default=None, ge=1,
-        description="verifiers running at once (they are CPU-bound test suites: more than the "
-        "cores makes each slower and can push them past their timeout); None: the CPU count",
-    )
-    health_probe_timeout_s: float = Field(
-        default=10.0, gt=0, description="deadline of the trivial command that probes a sandbox on "
-        "an error path (episodes/counterfactual.py): the episode's, and a pristine fork's",
-    )
-
 
 class EpisodeSink(Protocol):
     """Receives every finished episode (the replay recorder implements it)."""

@@ -9,7 +9,7 @@
   without a layer cache would; the private cache is deleted when the sandbox closes.
 - :class:`Layers` builds each task's environment once, lazily (cached by content hash).
 - :func:`open_sandboxes` opens the backend, prepares the tasks it is told to (build and
-  snapshot before the clock starts) and yields a :class:`~rollbank.collector.SandboxPlane`.
+  snapshot before the clock starts) and yields a :class:`~rollbank.episodes.sources.SandboxPlane`.
 
 Invariants: every sandbox handed out is owned by the caller; leaving :func:`open_sandboxes`
 closes the pool (its stock) and the backend (every sandbox it started).
@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rollbank.episodes.attribution import VerifierVerdict
+from rollbank.episodes.config import SandboxSection
 from rollbank.episodes.outcome import Reason
-from rollbank.episodes.sources import Acquired
+from rollbank.episodes.sources import Acquired, SandboxPlane
 from rollbank.sandbox.protocol import (
     DEFAULT_OUTPUT_LIMIT,
     ExecResult,
@@ -39,12 +40,11 @@ from rollbank.sandbox.protocol import (
     ShellSession,
     Snapshot,
 )
-from rollbank.tasks.builder import BuilderConfig, BuiltEnvironment, EnvironmentBuilder
+from rollbank.tasks.builder import BuiltEnvironment, EnvironmentBuilder
+from rollbank.tasks.config import BuilderConfig
 from rollbank.tasks.model import Task
 
 if TYPE_CHECKING:
-    from rollbank.collect_config import SandboxSection
-    from rollbank.collector import SandboxPlane
     from rollbank.sandbox.pool import WarmPool
 
 
@@ -228,8 +228,7 @@ async def open_sandboxes(
     Warm: the ``prepare`` tasks (default: all) are built and snapshotted before this yields;
     any other task is built and snapshotted on its first episode.
     """
-    from rollbank.collector import SandboxPlane
-    from rollbank.sandbox.local import LocalBackend
+    from rollbank.sandbox.local.backend import LocalBackend
     from rollbank.sandbox.pool import WarmPool
 
     network = cfg.local.allow_network

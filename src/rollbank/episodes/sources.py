@@ -43,3 +43,11 @@ class SandboxSource(Protocol):
 
 class Verifier(Protocol):
     async def verify(self, sandbox: Sandbox, task: Task) -> VerifierVerdict: ...
+
+
+@dataclass
+class SandboxPlane:
+    """Where a collection's episodes get their sandboxes, and who verifies them."""
+
+    source: SandboxSource
+    verifier: Verifier

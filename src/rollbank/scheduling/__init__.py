@@ -2,10 +2,11 @@
 
 Public API (what the episode layer, metrics and CLI code against)::
 
-    from rollbank.scheduling import (
-        CollectionDriver, AttemptRunner, AttemptSpec, AttemptContext, SchedulerConfig,
-        Batch, GroupResult, EventSink, Event, EventKind,
-    )
+    from rollbank.scheduling.driver import AttemptRunner, CollectionDriver
+    from rollbank.scheduling.config import SchedulerConfig
+    from rollbank.episodes.attempt import AttemptContext, AttemptSpec
+    from rollbank.batching.batch import Batch, GroupResult
+    from rollbank.scheduling.events import Event, EventKind, EventSink
 
     class EpisodeRunner:                      # implements AttemptRunner
         async def run(self, attempt: AttemptSpec) -> Trajectory:
@@ -24,85 +25,10 @@ Public API (what the episode layer, metrics and CLI code against)::
             path = write_batch(out_dir, batch)  # rollbank.batching.writer
             driver.ack(path)                  # consumed now (else: at the next iteration)
 
-Module map: ``types`` (keys, specs, decisions, enums), ``config`` (pydantic sections),
-``events`` (lifecycle events + ``EventSink``), ``batch`` (``Batch``, ``GroupResult``,
-accounting, selection profile), ``ledger`` (exactly-once accounting), ``ready_bank``,
-``scheduler`` (+ ``inference_slots``), ``profile``, ``driver``.
+Module map: ``types`` (decisions, enums; re-exports the attempt nouns of
+``episodes.attempt``), ``config`` (pydantic sections), ``events`` (lifecycle events +
+``EventSink``), ``ledger`` (exactly-once accounting), ``ready_bank``, ``scheduler`` (+
+``inference_slots``), ``profile``, ``driver``. The batch a trainer receives (``Batch``,
+``GroupResult``, accounting, selection profile) is ``rollbank.batching.batch``, a layer below.
+The package itself imports nothing, so that loading ``scheduling.config`` stays cheap.
 """
-
-from rollbank.scheduling.batch import (
-    Batch,
-    BatchAccounting,
-    DistStats,
-    GroupResult,
-    SelectionProfile,
-    Unreachable,
-)
-from rollbank.scheduling.config import AdvantageConfig, ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.driver import AttemptRunner, CollectionDriver
-from rollbank.scheduling.events import (
-    AttemptCarried,
-    AttemptEvent,
-    AttemptFinished,
-    AttemptWaste,
-    BatchEvent,
-    BatchHandoff,
-    Event,
-    EventKind,
-    EventSink,
-    FanoutSink,
-    GroupEvent,
-    ListSink,
-    TaskUnreachable,
-    WasteReason,
-)
-from rollbank.scheduling.ledger import AttemptState, Ledger, LedgerError
-from rollbank.scheduling.ready_bank import ReadyBank
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.types import (
-    NULL_CONTEXT,
-    AttemptContext,
-    AttemptKey,
-    AttemptSpec,
-    SchedulingMode,
-    StragglerPolicy,
-)
-
-__all__ = [
-    "NULL_CONTEXT",
-    "AdvantageConfig",
-    "AttemptCarried",
-    "AttemptContext",
-    "AttemptEvent",
-    "AttemptFinished",
-    "AttemptKey",
-    "AttemptRunner",
-    "AttemptSpec",
-    "AttemptState",
-    "AttemptWaste",
-    "Batch",
-    "BatchAccounting",
-    "BatchEvent",
-    "BatchHandoff",
-    "CollectionDriver",
-    "DistStats",
-    "Event",
-    "EventKind",
-    "EventSink",
-    "FanoutSink",
-    "GroupEvent",
-    "GroupResult",
-    "Ledger",
-    "LedgerError",
-    "ListSink",
-    "ReadyBank",
-    "ReadyBankConfig",
-    "Scheduler",
-    "SchedulerConfig",
-    "SchedulingMode",
-    "SelectionProfile",
-    "StragglerPolicy",
-    "TaskUnreachable",
-    "Unreachable",
-    "WasteReason",
-]

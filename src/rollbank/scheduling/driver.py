@@ -4,7 +4,7 @@ Owns the attempt tasks, the per-server inference limiters and the hand-off of ba
 One collector task (owned by :meth:`CollectionDriver.batches`, awaited on exit) asks the
 scheduler for decisions, starts one task per :class:`Launch` inside its ``asyncio.TaskGroup``,
 feeds results back, cancels on :class:`Abort`, and hands each
-:class:`~rollbank.scheduling.batch.Batch` to the consumer through a one-place queue (so
+:class:`~rollbank.batching.batch.Batch` to the consumer through a one-place queue (so
 collection goes on while the consumer trains on the previous batch, and pauses after that).
 
 Invariants
@@ -36,11 +36,11 @@ from os import PathLike
 from pathlib import Path
 from typing import Protocol
 
+from rollbank.batching.batch import Batch
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import CollectionStalledError, SchedulingError
-from rollbank.scheduling.batch import Batch
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import Event, EventSink, ListSink
 from rollbank.scheduling.scheduler import Scheduler

@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from rollbank.batching.batch import BatchAccounting
 from rollbank.errors import SchedulingError
-from rollbank.scheduling.batch import BatchAccounting
 from rollbank.scheduling.events import WasteReason
 from rollbank.scheduling.types import AttemptKey
 

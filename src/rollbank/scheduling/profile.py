@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from rollbank.batching.batch import DistStats, GroupResult, SelectionProfile
 from rollbank.quantiles import quantile
-from rollbank.scheduling.batch import DistStats, GroupResult, SelectionProfile
 from rollbank.scheduling.events import WasteReason
 from rollbank.scheduling.ledger import AttemptState, Entry
 

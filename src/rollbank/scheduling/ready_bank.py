@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from rollbank.batching.advantages import group_advantages, is_valid
+from rollbank.batching.batch import GroupResult
 from rollbank.clock import Clock
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.scheduling.batch import GroupResult
 from rollbank.scheduling.config import ReadyBankConfig
 from rollbank.scheduling.events import (
     AttemptEvent,

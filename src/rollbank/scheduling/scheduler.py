@@ -43,11 +43,11 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rollbank.batching.batch import Batch, GroupResult, Unreachable
 from rollbank.batching.stats import max_version, version_lag_histogram
 from rollbank.clock import Clock
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.scheduling.batch import Batch, GroupResult, Unreachable
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import (
     AttemptCarried,

@@ -16,9 +16,9 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rollbank.batching.batch import Batch, Unreachable
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.batch import Batch, Unreachable
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import Event
 from rollbank.scheduling.fake import FakePlan, make_trajectory

@@ -46,23 +46,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import Field
-
-from rollbank.config import Section, cache_dir
+from rollbank.config import cache_dir
 from rollbank.errors import BuildError
 from rollbank.tasks import bases, buildsandbox, copystep, shims
 from rollbank.tasks import dockerfile as df
+from rollbank.tasks.config import BuilderConfig
 from rollbank.tasks.model import Task
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PYTHON_IMAGE = re.compile(r"(^|/)python(:|$)|/python-3-\d+")
-
-
-class BuilderConfig(Section):
-    """How environments are built."""
-
-    network: bool = Field(default=True, description="Let RUN steps reach the network (package registries).")
-    cache_root: str | None = Field(default=None, description="Where layers are cached (default <ROLLBANK_CACHE>/layers).")
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from rollbank.config import cache_dir
+from rollbank.episodes.validate_steps import check_steps
 from rollbank.episodes.verifier import VerifierResult, VerifierStatus, run_oracle, run_verifier
 from rollbank.errors import InputError, RollbankError
 from rollbank.sandbox.protocol import Limits, SandboxBackend, SandboxSpec
 from rollbank.tasks.builder import BuiltEnvironment, EnvironmentBuilder
 from rollbank.tasks.model import Task
-from rollbank.tasks.validate_steps import check_steps
 
 
 @dataclass

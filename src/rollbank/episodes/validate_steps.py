@@ -1,6 +1,6 @@
 """Validate a multi-step (Harbor schema 1.1) task: every step's oracle, then its tests, in order.
 
-Owns: the multi-step half of ``rollbank tasks validate`` (:mod:`rollbank.tasks.validate` calls
+Owns: the multi-step half of ``rollbank tasks validate`` (:mod:`rollbank.episodes.validate` calls
 :func:`check_steps` for a task with ``steps``). One sandbox for all steps, as in a real trial:
 for each step, its ``workdir/`` files are uploaded into the working directory (and its
 ``setup.sh`` run), its oracle solution runs, then its verifier (:meth:`Task.for_step`). The
@@ -21,7 +21,7 @@ from rollbank.sandbox.protocol import Sandbox, SandboxBackend, SandboxSpec
 from rollbank.tasks.model import Task, passes_min_reward
 
 if TYPE_CHECKING:
-    from rollbank.tasks.validate import Validation
+    from rollbank.episodes.validate import Validation
 
 
 @dataclass

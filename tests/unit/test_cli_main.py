@@ -1,0 +1,48 @@
+"""The command line's contract: --version, exit codes, plain help, a closed pipe."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollbank import __version__
+from rollbank.cli.main import build_parser, main, plain
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"rollbank {__version__}"
+
+
+def test_unknown_flag_is_usage_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["collect", "--no-such-flag"])
+    assert exc.value.code == 2
+
+
+def test_help_has_no_rest_markup() -> None:
+    assert plain("the ``x`` of :class:`~rollbank.a.Thing`") == "the x of Thing"
+    parser = build_parser()
+    for name in ("collect", "replay", "serve", "tasks"):
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub = action.choices[name]
+        text = sub.format_help()
+        assert "``" not in text and ":class:" not in text, name
+
+
+def test_closed_pipe_is_not_a_traceback() -> None:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.run(
+        f"{sys.executable} -m rollbank.cli.main tasks list terminal-lite | true",
+        shell=True, capture_output=True, text=True, env=env, check=False,
+    )
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
