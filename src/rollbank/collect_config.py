@@ -6,14 +6,13 @@ validates it, and the collector writes the resolved config beside the run's outp
 
 from __future__ import annotations
 
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
-from rollbank.config import Section, validate
+from rollbank.config import Origins, Section, apply_overrides, read_toml, validate
 from rollbank.episodes.config import RunnerConfig, SandboxSection
 from rollbank.episodes.harnesses import (
     FencedShellConfig,
@@ -23,7 +22,6 @@ from rollbank.episodes.harnesses import (
     Terminus2Harness,
 )
 from rollbank.episodes.workload import WorkloadConfig
-from rollbank.errors import ConfigError
 from rollbank.inference.server import ServerConfig
 from rollbank.routing import RouterConfig
 from rollbank.scheduling.config import SchedulerConfig
@@ -139,21 +137,12 @@ def default_config_text() -> str:
     return resources.files("rollbank.configs").joinpath(DEFAULT_CONFIG).read_text()
 
 
-def load_collect_config(path: Path | None = None, overrides: dict[str, Any] | None = None
-                        ) -> CollectConfig:
-    """The embedded default, or ``path``; then dotted ``overrides`` (``"scheduler.seed": 3``)."""
-    source = str(path) if path is not None else f"<embedded {DEFAULT_CONFIG}>"
-    try:
-        text = path.read_text() if path is not None else default_config_text()
-        data: dict[str, Any] = tomllib.loads(text)
-    except FileNotFoundError as exc:
-        raise ConfigError("file not found", file=source) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML: {exc}", file=source) from exc
-    for key, value in (overrides or {}).items():
-        node = data
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return validate(CollectConfig, data, source=source)
+def load_collect_config(path: Path | None = None, overrides: dict[str, Any] | None = None,
+                        origins: Origins | None = None) -> CollectConfig:
+    """The embedded default, or ``path``; then dotted ``overrides`` (``"scheduler.seed": 3``).
+
+    ``origins`` says which flag gave each override, so that an error names the flag.
+    """
+    data, source = read_toml(path, default_text=default_config_text(), default_name=DEFAULT_CONFIG)
+    data = apply_overrides(data, overrides or {}, origins)
+    return validate(CollectConfig, data, source=source, overrides=overrides, origins=origins)

@@ -8,7 +8,7 @@ from typing import Literal
 import pytest
 from pydantic import Field
 
-from rollbank.cli.flags import add_config_flags, flags_of, overrides_from, set_overrides
+from rollbank.cli.flags import add_config_flags, flags_of, overrides_from
 from rollbank.config import Section
 from rollbank.errors import UsageError
 
@@ -48,13 +48,11 @@ def test_every_leaf_becomes_a_flag_with_its_description() -> None:
 
 def test_values_are_parsed_and_only_given_flags_are_returned() -> None:
     args = _parser().parse_args(["--size", "8", "--inner.names", "x", "y", "--port", "9"])
-    got = overrides_from(args)
-    assert got == {
-        "inner.size": (8, "--inner.size"),
-        "inner.names": (["x", "y"], "--inner.names"),
-        "port": (9, "--port"),
-    }
-    assert overrides_from(_parser().parse_args([])) == {}
+    values, origins = overrides_from(args, ["mode=b"])
+    assert values == {"inner.size": 8, "inner.names": ["x", "y"], "port": 9, "mode": "b"}
+    assert origins == {"inner.size": "--size", "inner.names": "--inner.names", "port": "--port",
+                       "mode": "--set mode"}
+    assert overrides_from(_parser().parse_args([])) == ({}, {})
 
 
 def test_alias_must_name_a_field() -> None:
@@ -62,11 +60,6 @@ def test_alias_must_name_a_field() -> None:
         add_config_flags(argparse.ArgumentParser(), Outer, aliases={"--x": "inner.nope"})
 
 
-def test_set_pairs() -> None:
-    ns = argparse.Namespace()
-    assert set_overrides(ns, ["inner.size=3", "mode=b"]) == {
-        "inner.size": (3, "--set inner.size"),
-        "mode": ("b", "--set mode"),
-    }
+def test_malformed_set_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="KEY=VALUE"):
-        set_overrides(ns, ["nokey"])
+        overrides_from(argparse.Namespace(), ["nokey"])

@@ -16,6 +16,7 @@ needs the flag -> field mapping to report errors by flag. This module is the who
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import types
 import typing
@@ -63,10 +64,15 @@ def _metavar(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return "{" + ",".join(str(a) for a in typing.get_args(annotation)) + "}"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "{" + ",".join(str(m.value) for m in annotation) + "}"
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(inner) == 1:
             return _metavar(inner[0])
+    if origin in (list, tuple, set, frozenset):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return _metavar(args[0]) if args else "VALUE"
     name = getattr(annotation, "__name__", None)
     return {"int": "N", "float": "X", "bool": "BOOL", "str": "TEXT"}.get(name or "", "VALUE")
 
@@ -87,6 +93,15 @@ def flags_of(model: type[BaseModel], prefix: str = "") -> Iterator[Flag]:
         )
 
 
+class _Store(argparse.Action):
+    """Store the value and remember which spelling of the flag gave it (for error messages)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, "cfg_flag:" + self.dest[4:], option_string or self.dest[4:])
+
+
 def add_config_flags(
     parser: argparse.ArgumentParser,
     model: type[BaseModel],
@@ -96,8 +111,8 @@ def add_config_flags(
 ) -> list[Flag]:
     """Add a flag per leaf field of ``model`` (and ``aliases``: ``"--groups": "a.b"``).
 
-    Parsed values land in the namespace under ``dest = "cfg:" + key``; read them back with
-    :func:`overrides_from`. Returns the flags added.
+    Parsed values land in the namespace under ``dest = "cfg:" + key`` (and the spelling used
+    under ``"cfg_flag:" + key``); read them back with :func:`overrides_from`. Returns the flags.
     """
     flags = list(flags_of(model))
     by_key = {f.key: f for f in flags}
@@ -108,12 +123,15 @@ def add_config_flags(
         f = by_key[key]
         parser.add_argument(
             alias, dest="cfg:" + key, metavar=f.metavar, nargs="+" if f.is_list else None,
-            default=argparse.SUPPRESS, help=f"{f.help} (= {f.option})",
+            default=argparse.SUPPRESS, action=_Store,
+            help=f.help if alias == f.option else f"{f.help} (= {f.option})",
         )
     for f in flags:
+        if f.option in (aliases or {}):
+            continue  # the alias is this very spelling
         group.add_argument(
             f.option, dest="cfg:" + f.key, metavar=f.metavar, nargs="+" if f.is_list else None,
-            default=argparse.SUPPRESS, help=f.help,
+            default=argparse.SUPPRESS, help=f.help, action=_Store,
         )
     return flags
 
@@ -125,24 +143,24 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def overrides_from(args: argparse.Namespace) -> dict[str, tuple[Any, str]]:
-    """``{dotted key: (value, flag that gave it)}`` for every config flag given on the line."""
-    out: dict[str, tuple[Any, str]] = {}
+def overrides_from(args: argparse.Namespace, pairs: list[str] | None = None
+                   ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The config flags given on the line (and ``--set KEY=VALUE`` ``pairs``, applied last).
+
+    Returns ``(overrides, origins)``: dotted key -> value, and dotted key -> the flag that
+    gave it (what an error about that value names).
+    """
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     for dest, raw in vars(args).items():
-        if not dest.startswith("cfg:"):
-            continue
-        key = dest[4:]
-        value = [_parse_value(v) for v in raw] if isinstance(raw, list) else _parse_value(raw)
-        out[key] = (value, "--" + key.replace("_", "-"))
-    return out
-
-
-def set_overrides(args: argparse.Namespace, pairs: list[str]) -> dict[str, tuple[Any, str]]:
-    """``--set KEY=VALUE`` items as overrides (same shape as :func:`overrides_from`)."""
-    out: dict[str, tuple[Any, str]] = {}
-    for item in pairs:
+        if dest.startswith("cfg:"):
+            key = dest[4:]
+            values[key] = [_parse_value(v) for v in raw] if isinstance(raw, list) else _parse_value(raw)
+            origins[key] = getattr(args, "cfg_flag:" + key, "--" + key.replace("_", "-"))
+    for item in pairs or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = (_parse_value(value), f"--set {key.strip()}")
-    return out
+        values[key.strip()] = _parse_value(value)
+        origins[key.strip()] = f"--set {key.strip()}"
+    return values, origins

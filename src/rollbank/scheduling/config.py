@@ -7,6 +7,9 @@ the policy code reads one set of numbers.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from rollbank.batching.advantages import AdvantageConfig
@@ -54,9 +57,9 @@ class SchedulerConfig(Section):
     )
     groups_per_batch: int = Field(default=32, ge=1, description="G: complete groups per batch")
     pool_groups: int = Field(
-        default=40,
         ge=1,
-        description="G' >= G: groups launched and not yet consumed or discarded (over-provisioning)",
+        description="G' >= G: groups launched and not yet consumed or discarded (over-provisioning); "
+        "unset: ceil(1.5 x groups_per_batch), the best G'/G of `rollbank bench schedule` here",
     )
     straggler: StragglerPolicy = Field(
         default=StragglerPolicy.CARRY,
@@ -98,6 +101,15 @@ class SchedulerConfig(Section):
     bank: ReadyBankConfig = Field(
         default_factory=ReadyBankConfig, description="ready bank settings"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_pool(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("pool_groups") is None:
+            groups = data.get("groups_per_batch", cls.model_fields["groups_per_batch"].default)
+            if isinstance(groups, int) and groups >= 1:
+                data = {**data, "pool_groups": math.ceil(1.5 * groups)}
+        return data
 
     @model_validator(mode="after")
     def _pool_covers_batch(self) -> SchedulerConfig:
