@@ -5,7 +5,8 @@ runner, verifier, Parquet writer) on fake inference servers and fake sandboxes; 
 second model turn hits a dead engine, an infra failure the ready bank re-runs in its slot. TRL
 reads the batch directory through :class:`RollbankRollouts`. Token ids come from the fake
 servers' byte tokenizer (all < 258, inside the tiny model's vocabulary), so the decoded text
-TRL logs is meaningless; the ids, masks, log-probs, rewards and groups are rollbank's.
+TRL logs is meaningless; the ids, masks, log-probs, rewards and groups are rollbank's. Both reward functions are
+trained once: the verifier reward (TRL centres it per group) and rollbank's advantage verbatim.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ pytest.importorskip("trl")
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.grpo_config import GRPOConfig
-from trl.trainer.grpo_trainer import GRPOTrainer
+from trl.trainer.grpo_trainer import GRPOTrainer, RewardFunc
 
 from rollbank.batching.loader import read_batch_dir
 from rollbank.batching.writer import ready_batches
@@ -44,6 +46,7 @@ from rollbank.training.trl_adapter import (
     RollbankRollouts,
     groups_from_batch_dirs,
     placeholder_dataset,
+    rollbank_advantage,
     rollbank_reward,
 )
 
@@ -96,7 +99,7 @@ async def _collect(out: Path) -> CollectResult:
         "inference.calibrate": False, "metrics.live": "off", "task_order_seed": None,
         "scheduler.groups_per_batch": GROUPS, "scheduler.pool_groups": GROUPS,
         "scheduler.bank.group_size": GROUP, "scheduler.bank.max_retries": 2,
-        "scheduler.bank.advantages.normalize_std": False, "scheduler.num_batches": 1,
+        "scheduler.num_batches": 1,
         "scheduler.sandbox_slots": 4, "scheduler.inference_slots_per_server": 2,
     })
     _, clients = make_fake_fleet(1, responder=_model)
@@ -120,28 +123,44 @@ class _Recording(GRPOTrainer):
         return out
 
 
-def test_trl_grpo_step_trains_on_rollbank_groups(tmp_path: Path) -> None:
-    result = asyncio.run(_collect(tmp_path / "run"))
+@dataclass(frozen=True)
+class _Collected:
+    batches: Path
+    rows: dict[str, dict[str, Any]]  # trajectory_id -> schema-v1 row
+    infra: set[str]  # attempts that ended as infra failures
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory: pytest.TempPathFactory) -> _Collected:
+    out = tmp_path_factory.mktemp("trl") / "run"
+    result = asyncio.run(_collect(out))
     infra = {t.trajectory_id for t in result.trajectories
              if t.outcome is not None and not t.outcome.outcome.trainable}
-    assert infra == {FAILING}, "the dead engine must have made one infra-failed attempt"
-    batches = ready_batches(tmp_path / "run" / "batches")
-    assert len(batches) == 1
-    rows = {r["trajectory_id"]: r for r in read_batch_dir(batches[0]).to_pylist()}
+    (batch,) = ready_batches(out / "batches")
+    rows = {r["trajectory_id"]: r for r in read_batch_dir(batch).to_pylist()}
+    return _Collected(out / "batches", rows, infra)
+
+
+@pytest.mark.parametrize("reward_func", [rollbank_reward, rollbank_advantage])
+def test_trl_grpo_step_trains_on_rollbank_groups(
+    collected: _Collected, reward_func: RewardFunc, tmp_path: Path
+) -> None:
+    rows = collected.rows
+    assert collected.infra == {FAILING}, "the dead engine must have made one infra attempt"
 
     os.environ.update(OFFLINE_ENV)
     torch.manual_seed(0)
     path = str(ensure_model("tiny"))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    rollouts = RollbankRollouts(groups_from_batch_dirs(tmp_path / "run" / "batches"))
+    rollouts = RollbankRollouts(groups_from_batch_dirs(collected.batches))
     args = GRPOConfig(
         output_dir=str(tmp_path / "trl"), num_generations=GROUP,
         per_device_train_batch_size=GROUP * GROUPS, gradient_accumulation_steps=1,
         max_steps=1, learning_rate=1e-3, beta=0.0, scale_rewards="none", use_cpu=True,
         report_to=[], save_strategy="no", logging_steps=1, seed=0, dataloader_num_workers=0,
     )
-    trainer = _Recording(model=model, reward_funcs=[rollbank_reward], args=args,
+    trainer = _Recording(model=model, reward_funcs=[reward_func], args=args,
                          train_dataset=placeholder_dataset(GROUP * GROUPS),
                          processing_class=tokenizer, rollout_func=rollouts)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -152,26 +171,31 @@ def test_trl_grpo_step_trains_on_rollbank_groups(tmp_path: Path) -> None:
     assert any(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters())
 
-    # TRL saw rollbank's groups, in order, and nothing infra-failed
+    # TRL saw rollbank's groups, whole and in order, and nothing infra-failed
     served = [r for g in rollouts.served for r in g.rows]
     assert len(rollouts.served) == GROUPS and rollouts.skipped == []
     ids = [r.trajectory_id for r in served]
-    assert sorted(ids) == sorted(rows) and not set(ids) & infra
+    assert sorted(ids) == sorted(rows) and not set(ids) & collected.infra
     for g in rollouts.served:
-        assert len({rows[r.trajectory_id]["group_id"] for r in g.rows}) == 1
+        assert {rows[r.trajectory_id]["group_id"] for r in g.rows} == {g.group_id}
 
     (scored,) = trainer.scored
     for i, tid in enumerate(ids):
         row = rows[tid]
         p, n = row["prompt_len"], row["num_tokens"]
-        comp = scored["completion_ids"][i]
         mask = scored["completion_mask"][i].bool()
-        assert comp[mask].tolist() == row["token_ids"][p:n]
+        assert scored["completion_ids"][i][mask].tolist() == row["token_ids"][p:n]
         assert scored["tool_mask"][i][mask].tolist() == row["loss_mask"][p:n]
         assert torch.allclose(scored["sampling_per_token_logps"][i][mask],
                               torch.tensor(row["logprobs"][p:n]))
-        # rollbank's advantage (r - mean over valid siblings) is the one TRL trained on
-        assert float(scored["advantages"][i]) == pytest.approx(row["advantage"], abs=1e-6)
-    assert {rows[t]["reward"] for t in ids} == {0.0, 1.0}
-    logged = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    assert logged == [pytest.approx(sum(rows[t]["reward"] for t in ids) / len(ids))]
+        siblings = [rows[t]["reward"] for t in ids if rows[t]["group_id"] == row["group_id"]]
+        if reward_func is rollbank_reward:  # TRL: r - mean(r) over the same group
+            expected = row["reward"] - sum(siblings) / len(siblings)
+        else:  # rollbank's own advantage (population std; here +-0.999998) passes through
+            expected = row["advantage"]
+            assert abs(expected) > 0.99
+        assert float(scored["advantages"][i]) == pytest.approx(expected, abs=1e-6)
+    assert sorted(rows[t]["reward"] for t in ids) == [0.0, 0.0, 1.0, 1.0]
+    if reward_func is rollbank_reward:
+        logged = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+        assert logged == [pytest.approx(0.5)]
