@@ -39,9 +39,11 @@ the group. With ``scale_rewards="group"`` TRL divides by the Bessel-corrected st
 :func:`rollbank_advantage` as the only reward function with ``scale_rewards="none"``: rollbank's
 advantages already have zero mean in each group, so TRL's centring leaves them unchanged.
 
-Behaviour log-probs. TRL 1.16 uses ``sampling_per_token_logps`` in the loss only for vLLM
+Behaviour log-probs. TRL 1.16 uses ``sampling_per_token_logps`` in the loss only for its vLLM
 importance-sampling correction and the off-policy sequence mask (``off_policy_mask_threshold``);
-with ``num_iterations = 1`` and no vLLM its ratio is 1 at the first step.
+its PPO ratio is over its own recompute (``old_per_token_logps``). Keep
+``mask_truncated_completions=False``: a rollbank completion often ends on an environment token,
+which TRL would read as truncation. An empty completion is sent as one masked pad token.
 
 Invariants
 - Only trainable trajectories reach TRL: rollbank's batches hold only ``model_success`` /
