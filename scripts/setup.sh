@@ -22,7 +22,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 # Re-install whenever the dependency declarations change: the stamp holds their hash.
-EXTRAS=${ROLLBANK_EXTRAS:-vllm,train,report,model,peers,tensorboard,wandb,dev}
+EXTRAS=${ROLLBANK_EXTRAS:-vllm,train,report,model,peers,tensorboard,wandb,trl,dev}
 want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)-$EXTRAS
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
   echo "[setup] installing python packages [$EXTRAS] (first run: ~3-5 min)"
