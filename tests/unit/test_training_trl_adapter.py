@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from rollbank.batching.schema import SchemaError
-from rollbank.batching.writer import write_batch
-from rollbank.episodes.outcome import EpisodeOutcome, Reason
-from rollbank.episodes.trajectory import Trajectory
-from rollbank.errors import ConfigError
-from rollbank.scheduling.batch import (
+from rollbank.batching.batch import (
     Batch,
     BatchAccounting,
     DistStats,
     GroupResult,
     SelectionProfile,
 )
+from rollbank.batching.schema import SchemaError
+from rollbank.batching.writer import write_batch
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.trajectory import Trajectory
+from rollbank.errors import ConfigError
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.driver import CollectionDriver
 from rollbank.scheduling.fake import FakeAttemptRunner, FakePlan

@@ -71,11 +71,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from rollbank.batching.batch import Batch
 from rollbank.batching.loader import read_batch_dir
 from rollbank.batching.schema import SchemaError, batch_to_table, check_schema
 from rollbank.batching.writer import MANIFEST_NAME, batch_dir_name
 from rollbank.errors import ConfigError, RollbankError
-from rollbank.scheduling.batch import Batch
 
 TRAINABLE = frozenset({"model_success", "model_failure"})
 _COLUMNS = ["trajectory_id", "group_id", "task_id", "token_ids", "logprobs", "loss_mask",
