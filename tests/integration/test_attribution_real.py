@@ -4,8 +4,11 @@ The real :class:`EpisodeRunner` runs a scripted model (fake inference: the model
 is tested) against real sandboxes forked from a warm snapshot, the task's real verifier and
 the real experiment: a probe of the episode's sandbox and a re-verify on a fresh fork of the
 pristine snapshot. Cases: the model's loop called by the tests, a broken environment (deleted
-interpreter, wrecking commands), a frozen cgroup (an injected stall), an environment whose
-verifier is slow everywhere, and leftover agent processes.
+interpreter, wrecking commands), a frozen cgroup (an injected stall: with billing a frozen
+command is not billed, runs until ``max_host_stall_s`` and is stopped as ``host_stalled``, infra),
+an environment whose verifier is slow everywhere, leftover agent processes, and a sandbox the
+HOST kills mid-episode (its anchor SIGKILLed) vs one the model kills: decided by replaying the
+model's actions on a pristine fork.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
+import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,8 @@ from rollbank.cli.main import main
 from rollbank.clock import FakeClock
 from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.config import RunnerConfig
-from rollbank.episodes.harnesses import FencedShellHarness
+from rollbank.episodes.counterfactual import ReplaySpec
+from rollbank.episodes.harnesses import Command, FencedShellHarness
 from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.replay import EpisodeRecorder, episode_filename
 from rollbank.episodes.runner import EpisodeRunner, EpisodeSink
@@ -35,6 +41,7 @@ from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
 from rollbank.routing import make_router
 from rollbank.sandbox.local.backend import LocalBackend
+from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.pool import WarmPool
 from rollbank.sandbox.protocol import Sandbox
@@ -75,12 +82,23 @@ def bash(cmd: str) -> str:
     return f"```bash\n{cmd}\n```\n"
 
 
+#: the host stall credited to one command before it is stopped as host_stalled, in the tests
+#: that freeze a sandbox (small, so that a frozen command ends quickly). Only there: on a
+#: loaded host a CPU-bound command accrues PSI "full" stall too (billing credits it), and a
+#: cap this small would stop the model's own loop as host_stalled.
+MAX_HOST_STALL_S = 1.5
+
+
 @contextlib.asynccontextmanager
 async def real_runner(task: Task, *turns: str, verifier: Verifier | None = None,
                       recorder: EpisodeSink | None = None,
+                      responder: Callable[[GenerateRequest], str | None] | None = None,
+                      max_host_stall_s: float | None = None,
                       **cfg: Any) -> AsyncIterator[EpisodeRunner]:
-    _, clients = make_fake_fleet(1, responder=model(*turns, "DONE"))
-    async with LocalBackend() as backend, WarmPool(backend) as pool:
+    _, clients = make_fake_fleet(1, responder=responder or model(*turns, "DONE"))
+    sandbox_cfg = LocalSandboxConfig.model_validate(
+        {} if max_host_stall_s is None else {"max_host_stall_s": max_host_stall_s})
+    async with LocalBackend(sandbox_cfg) as backend, WarmPool(backend) as pool:
         source = WarmSource(pool, Layers(BuilderConfig.model_validate({})).spec)
         yield EpisodeRunner(
             RunnerConfig(**{"health_probe_timeout_s": 2.0, "max_turns": 3} | cfg),
@@ -93,7 +111,8 @@ async def real_runner(task: Task, *turns: str, verifier: Verifier | None = None,
 
 async def run_one(task: Task, *turns: str, verifier: Verifier | None = None,
                   recorder: EpisodeSink | None = None, **cfg: Any) -> Trajectory:
-    async with real_runner(task, *turns, verifier=verifier, recorder=recorder, **cfg) as runner:
+    async with real_runner(task, *turns, verifier=verifier, recorder=recorder,
+                           **cfg) as runner:
         t = await runner.run(AttemptSpec(key=AttemptKey(0, 0, 0, "g0"), task_id=task.task_id,
                                          seed=1, group_size=1, launched_at=0.0))
     assert t.outcome is not None
@@ -145,8 +164,8 @@ async def test_deleted_interpreter_is_the_models_failure(tmp_path: Path) -> None
     assert t.outcome.evidence["experiment"]["pristine_verify"]["reward"] == 0.0
 
 
-@pytest.mark.parametrize("cmd", ["kill -9 1", "rm -rf /usr/*", "find / -delete",
-                                 "chmod -R 000 /usr"])
+@pytest.mark.parametrize("cmd", ["kill -9 1", "kill -9 -1", "rm -rf /usr/*", "find / -delete",
+                                 "chmod -R 000 /usr", "rm -rf /usr/lib/python3*"])
 async def test_wrecking_commands_are_never_infra(tmp_path: Path, cmd: str) -> None:
     tests = "python3 -c \"open('/logs/verifier/reward.txt', 'w').write('0')\"\n"
     task = make_task(tmp_path, tests, timeout_s=30.0)
@@ -157,31 +176,45 @@ async def test_wrecking_commands_are_never_infra(tmp_path: Path, cmd: str) -> No
     assert t.outcome.reason is not Reason.SANDBOX_DIED
 
 
+def freeze_later(sandbox: Sandbox, after_s: float) -> asyncio.Task[None]:
+    """Freeze the whole sandbox's cgroup ``after_s`` from now (the host, not the model)."""
+    assert isinstance(sandbox, LocalSandbox)
+
+    async def go() -> None:
+        await asyncio.sleep(after_s)
+        await sandbox.cgroup.afreeze(True)
+
+    return asyncio.create_task(go())
+
+
 class FreezingVerifier:
     """The task's verifier; on the episode's sandbox (first call) the cgroup freezes mid-run."""
 
-    def __init__(self, thaw_after_s: float) -> None:
+    def __init__(self) -> None:
         self.inner = TaskVerifier()
         self.calls = 0
-        self.thaw_after_s = thaw_after_s
+        self.freezes: list[asyncio.Task[None]] = []
 
     async def verify(self, sandbox: Sandbox, task: Task) -> VerifierVerdict:
         self.calls += 1
         if self.calls == 1:
-            assert isinstance(sandbox, LocalSandbox)
-            loop = asyncio.get_running_loop()
-            loop.call_later(0.3, sandbox.cgroup.freeze, True)
+            self.freezes.append(freeze_later(sandbox, 0.3))
         return await self.inner.verify(sandbox, task)
 
 
-async def test_frozen_cgroup_is_not_the_models_failure(tmp_path: Path) -> None:
+async def test_frozen_verifier_is_host_stalled_infra(tmp_path: Path) -> None:
+    # a frozen verifier is not billed: it runs until max_host_stall_s, then billing stops it
+    # as host_stalled: the host's doing (measured), infra, without an experiment
     task = make_task(tmp_path, "sleep 1\necho 0 > /logs/verifier/reward.txt\n", timeout_s=6.0)
-    t = await run_one(task, bash("echo hi > /app/notes.txt"), verifier=FreezingVerifier(60))
+    v = FreezingVerifier()
+    t = await run_one(task, bash("echo hi > /app/notes.txt"), verifier=v,
+                      max_host_stall_s=MAX_HOST_STALL_S)
     assert t.outcome is not None
-    assert t.outcome.outcome is Outcome.UNKNOWN, t.outcome.to_dict()
-    exp = t.outcome.evidence["experiment"]
-    assert exp["episode_probe"]["state"] == "timed_out"
-    assert exp["pristine_verify"]["error"] is None
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE,
+                                                      Reason.HOST_STALLED), t.outcome.to_dict()
+    assert t.outcome.evidence["verifier_error"] == "host_stalled"
+    assert "experiment" not in t.outcome.evidence and v.calls == 1  # no pristine re-verify
+    assert all(f.done() for f in v.freezes)
 
 
 class FreezeFirst:
@@ -191,33 +224,75 @@ class FreezeFirst:
 
     def __init__(self, inner: WarmSource, after_s: float) -> None:
         self.inner, self.after_s, self.handed = inner, after_s, 0
+        self.first: Sandbox | None = None
+        self.freezes: list[asyncio.Task[None]] = []
 
     async def acquire(self, task: Task, *, budget_s: float | None) -> Acquired:
         acq = await self.inner.acquire(task, budget_s=budget_s)
         self.handed += 1
         if self.handed == 1:
-            assert isinstance(acq.sandbox, LocalSandbox)
-            asyncio.get_running_loop().call_later(self.after_s, acq.sandbox.cgroup.freeze, True)
+            self.first = acq.sandbox
+            if self.after_s >= 0:
+                self.freezes.append(freeze_later(acq.sandbox, self.after_s))
         return acq
 
     async def aclose(self) -> None:
         return None
 
 
-async def test_step_timeout_in_a_frozen_sandbox_is_not_the_models_failure(tmp_path: Path) -> None:
+async def test_a_step_in_a_frozen_sandbox_is_host_stalled_infra(tmp_path: Path) -> None:
     task = make_task(tmp_path, FAST_TESTS, timeout_s=30.0)
     async with real_runner(task, bash("sleep 1; sleep 1; sleep 1; sleep 1; echo done"),
-                           step_timeout_s=3.0, step_timeout_ends_episode=True) as runner:
+                           step_timeout_s=3.0, step_timeout_ends_episode=True,
+                           max_host_stall_s=MAX_HOST_STALL_S) as runner:
         assert isinstance(runner.source, WarmSource)
         runner.source = runner.judge.source = FreezeFirst(runner.source, after_s=0.5)
         t = await runner.run(AttemptSpec(key=AttemptKey(0, 0, 0, "g0"), task_id=task.task_id,
                                          seed=1, group_size=1, launched_at=0.0))
     assert t.outcome is not None
-    assert t.outcome.outcome is Outcome.UNKNOWN, t.outcome.to_dict()
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE,
+                                                      Reason.HOST_STALLED), t.outcome.to_dict()
+    assert t.outcome.evidence["host_stalled"] is True
+    assert t.outcome.evidence["host_stall_s"] >= MAX_HOST_STALL_S
+    assert t.verify_s == 0.0  # a stalled sandbox is not verified
+
+
+def killing_model(source: FreezeFirst, *turns: str) -> Callable[[GenerateRequest], str | None]:
+    """Says ``turns`` in order; before the last one the HOST SIGKILLs the episode sandbox's
+    anchor (what a runtime crash or the host's OOM killer does)."""
+    inner = model(*turns, "DONE")
+
+    def respond(req: GenerateRequest) -> str | None:
+        k = TOK.decode(list(req.prompt_token_ids)).split(INSTRUCTION)[-1].count("\nOutput:")
+        if k == len(turns) - 1:
+            assert isinstance(source.first, LocalSandbox)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(source.first.anchor_pid, signal.SIGKILL)
+        return inner(req)
+
+    return respond
+
+
+async def test_a_host_killed_sandbox_is_infra(tmp_path: Path) -> None:
+    # regression: was model_failure/sandbox_wrecked (the sandbox died, a pristine fork answers)
+    task = make_task(tmp_path, FAST_TESTS, timeout_s=30.0)
+    turns = (bash("echo hi > /app/notes.txt"), bash("ls /app; cat /app/notes.txt"),
+             bash("echo more >> /app/notes.txt"))
+    holder: list[FreezeFirst] = []
+    async with real_runner(task, responder=lambda r: killing_model(holder[0], *turns)(r),
+                           max_turns=4) as runner:
+        assert isinstance(runner.source, WarmSource)
+        holder.append(FreezeFirst(runner.source, after_s=-1))  # records the episode's sandbox
+        runner.source = runner.judge.source = holder[0]
+        t = await runner.run(AttemptSpec(key=AttemptKey(0, 0, 0, "g0"), task_id=task.task_id,
+                                         seed=1, group_size=1, launched_at=0.0))
+    assert t.outcome is not None
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE,
+                                                      Reason.SANDBOX_DIED), t.outcome.to_dict()
     exp = t.outcome.evidence["experiment"]
-    assert exp["episode_probe"]["state"] == "timed_out"
-    assert exp["pristine_probe"]["state"] == "ok"
-    assert t.verify_s == 0.0  # an unresponsive sandbox is not verified
+    assert exp["episode_probe"]["state"] == "dead" and exp["pristine_probe"]["state"] == "ok"
+    assert exp["replay"]["state"] == "healthy"
+    assert [s["index"] for s in exp["replay"]["steps"]] == [0, 1, 2]
 
 
 async def test_verifier_slow_everywhere_is_infra(tmp_path: Path) -> None:
@@ -250,3 +325,47 @@ async def test_a_task_declaring_services_keeps_them(tmp_path: Path) -> None:
     t = await run_one(task, bash(LOOP), max_turns=1, use_shell=False)
     assert t.outcome is not None
     assert t.outcome.reward == 1.0, t.outcome.to_dict()
+
+
+# What breaks a sandbox here (measured): the runtime survives every command the model can run
+# (``kill -9 1`` / ``kill -9 -1`` / ``kill -9 $$`` leave it answering, the shell session
+# respawns); ``rm -rf /usr/*``, ``find / -delete`` and ``chmod -R 000 /usr`` leave it answering
+# the probe with a failure (no /bin/sh, no /app, permission denied).
+@pytest.mark.parametrize(("cmd", "breaks"), [("rm -rf /usr/*", True), ("find / -delete", True),
+                                             ("chmod -R 000 /usr", True), ("kill -9 -1", False),
+                                             ("kill -9 1", False)])
+async def test_the_replay_reproduces_what_breaks_a_sandbox(tmp_path: Path, cmd: str,
+                                                           breaks: bool) -> None:
+    task = make_task(tmp_path, FAST_TESTS, timeout_s=30.0)
+    spec = ReplaySpec(((Command("echo hi > /app/notes.txt"),), (),
+                       (Command(cmd + " 2>/dev/null; true"),), (Command("ls /app"),)),
+                      step_timeout_s=30.0, budget_s=120.0)
+    async with real_runner(task) as runner:
+        ev = await runner.judge.replay(task, spec)
+    if breaks:
+        assert (ev.state.value, ev.broke_after) == ("reproduced", 2), ev
+        assert ev.fork_probe is not None and ev.fork_probe.state.value == "failed"
+        assert [s["index"] for s in ev.steps] == [0, 2]
+    else:
+        assert ev.state.value == "healthy", ev
+        assert [s["index"] for s in ev.steps] == [0, 2, 3] and ev.steps_total == 3
+
+
+async def test_a_sandbox_the_model_broke_is_the_models_even_if_it_then_dies(tmp_path: Path) -> None:
+    # the model wrecks its sandbox, then the runtime dies: the replay reproduces the breakage
+    task = make_task(tmp_path, FAST_TESTS, timeout_s=30.0)
+    turns = (bash("chmod -R 000 /usr 2>/dev/null; true"), bash("ls /app"))
+    holder: list[FreezeFirst] = []
+    async with real_runner(task, responder=lambda r: killing_model(holder[0], *turns)(r),
+                           max_turns=4) as runner:
+        assert isinstance(runner.source, WarmSource)
+        holder.append(FreezeFirst(runner.source, after_s=-1))
+        runner.source = runner.judge.source = holder[0]
+        t = await runner.run(AttemptSpec(key=AttemptKey(0, 0, 0, "g0"), task_id=task.task_id,
+                                         seed=1, group_size=1, launched_at=0.0))
+    assert t.outcome is not None
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.MODEL_FAILURE,
+                                                      Reason.SANDBOX_WRECKED), t.outcome.to_dict()
+    replay = t.outcome.evidence["experiment"]["replay"]
+    assert (replay["state"], replay["broke_after"]) == ("reproduced", 0), replay
+    assert replay["fork_probe"]["state"] == "failed"

@@ -12,11 +12,19 @@ import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from rollbank.episodes.attribution import death_reason
+from rollbank.episodes.attribution import (
+    Experiment,
+    Probe,
+    ProbeState,
+    ReplayEvidence,
+    ReplayState,
+    death_reason,
+)
 from rollbank.episodes.outcome import Reason
 from rollbank.errors import SandboxDiedError
 from rollbank.sandbox.local.backend import LocalBackend
@@ -140,4 +148,11 @@ async def test_an_earlier_oom_does_not_explain_a_later_host_death(
         await running
     u = sb.usage()
     assert not u.memory_limit_hit and u.oom_kills_total >= 1
-    assert death_reason(u, ["python3 ...", "true", "sleep 60"])[0] is Reason.SANDBOX_DIED
+    # what the runner's experiment finds: the episode's sandbox dead, a pristine fork answers
+    seen = Experiment(episode=Probe(ProbeState.DEAD), pristine=Probe(ProbeState.OK))
+    # the replay of the model's commands leaves a fork healthy: the host's doing
+    healthy = ReplayEvidence(ReplayState.HEALTHY, fork_probe=Probe(ProbeState.OK))
+    assert death_reason(u, replace(seen, replay=healthy))[0] is Reason.SANDBOX_DIED
+    # even when a replay reproduced a death, the earlier OOM does not name it
+    broke = ReplayEvidence(ReplayState.REPRODUCED, 2, "sleep 60", Probe(ProbeState.DEAD))
+    assert death_reason(u, replace(seen, replay=broke))[0] is Reason.SANDBOX_WRECKED

@@ -11,11 +11,14 @@ from rollbank.episodes.attribution import (
     LoopEnd,
     Probe,
     ProbeState,
+    ReplayEvidence,
+    ReplayState,
     VerifierVerdict,
     attribute,
     death_reason,
     destructive_commands,
     needs_experiment,
+    needs_replay,
 )
 from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.sandbox.protocol import SandboxUsage
@@ -81,41 +84,98 @@ DEAD = Probe(ProbeState.DEAD)
 TIMEOUT = VerifierVerdict(None, error=Reason.VERIFIER_TIMEOUT, duration_s=60.0)
 
 
+STEP = ({"index": 0, "wall_s": 0.1, "probe": "ok"},)
+BROKE = ReplayEvidence(ReplayState.REPRODUCED, 1, "kill -9 -1", DEAD, 2, STEP)
+HEALTHY = ReplayEvidence(ReplayState.HEALTHY, fork_probe=OK, steps_total=1, steps=STEP)
+CUT = ReplayEvidence(ReplayState.INCONCLUSIVE, detail="cut by the replay cap (60.0 s)")
+NO_FORK = ReplayEvidence(ReplayState.NOT_RUN, detail="pristine fork: SandboxStartError")
+
+
 def exp(episode: Probe | None = OK, pristine: Probe | None = None,
-        pv: VerifierVerdict | None = None, **kw: float) -> Experiment:
+        pv: VerifierVerdict | None = None, replay: ReplayEvidence | None = None,
+        **kw: float) -> Experiment:
     return Experiment(episode=episode, pristine=pristine, pristine_verdict=pv,
                       verifier_timeout_s=kw.get("timeout", 60.0),
-                      baseline_verify_s=kw.get("baseline"))
+                      baseline_verify_s=kw.get("baseline"), replay=replay)
 
 
-def test_sandbox_death_is_decided_by_the_pristine_fork() -> None:
+def test_sandbox_death_is_decided_by_the_replay() -> None:
     # regression (issue 8, defect 3): `kill -9 1` etc. matched no pattern -> infra sandbox_died
     for cmd in ("kill -9 1", "rm -rf /usr/*", "find / -delete", "chmod -R 000 /usr", "echo hi"):
-        out = attribute(LoopEnd.SANDBOX_DIED, actions=[cmd], experiment=exp(DEAD, pristine=OK))
+        out = attribute(LoopEnd.SANDBOX_DIED, actions=[cmd],
+                        experiment=exp(DEAD, pristine=OK, replay=BROKE))
         assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.SANDBOX_WRECKED), cmd
-        assert "pristine" in out.evidence["attribution"]
+        assert "after step 1" in out.evidence["attribution"]
+        assert out.evidence["experiment"]["replay"]["broke_command"] == "kill -9 -1"
     # the same death when a pristine fork fails too: the host, not the model
     for broken in (DEAD, HUNG, FAILED):
         out = attribute(LoopEnd.SANDBOX_DIED, actions=["rm -rf /"],
                         experiment=exp(DEAD, pristine=broken))
         assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.SANDBOX_DIED)
         assert out.evidence["hint_destructive"] == ["rm -rf /"]  # kept, only as a hint
-    # a runtime error while the sandbox still answers, or hangs (a frozen cgroup): unknown
-    for probe in (OK, HUNG):
-        out = attribute(LoopEnd.SANDBOX_DIED, experiment=exp(probe, pristine=OK))
-        assert out.outcome is Outcome.UNKNOWN
+    # a runtime error while the sandbox still answers: the replay decides too
+    out = attribute(LoopEnd.SANDBOX_DIED, experiment=exp(OK, pristine=OK, replay=BROKE))
+    assert out.reason is Reason.SANDBOX_WRECKED
+    assert "still answers" in out.evidence["attribution"]
+    out = attribute(LoopEnd.SANDBOX_DIED, experiment=exp(OK, pristine=OK, replay=HEALTHY))
+    assert out.reason is Reason.SANDBOX_DIED
     # no experiment possible: unknown
     out = attribute(LoopEnd.SANDBOX_DIED, experiment=exp(DEAD, pristine=Probe(ProbeState.NOT_RUN)))
     assert out.outcome is Outcome.UNKNOWN
     assert attribute(LoopEnd.SANDBOX_DIED).outcome is Outcome.UNKNOWN
 
 
-def test_limit_hits_name_the_reason_when_the_pristine_fork_is_healthy() -> None:
-    e = exp(DEAD, pristine=OK)
+def test_a_host_killed_sandbox_is_infra_when_the_replay_stays_healthy() -> None:
+    # regression (flaw of the merged rules): a dead sandbox + an answering pristine fork was
+    # always sandbox_wrecked (model), e.g. a runtime crash or a host SIGKILL of the anchor
+    for probe in (DEAD, HUNG, FAILED, OK):
+        out = attribute(LoopEnd.SANDBOX_DIED, actions=["echo hi"],
+                        experiment=exp(probe, pristine=OK, replay=HEALTHY))
+        assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.SANDBOX_DIED), probe
+        assert "healthy" in out.evidence["attribution"]
+        assert out.evidence["experiment"]["replay"]["steps"] == [dict(STEP[0])]
+    # the replay cannot run, is cut by its cap, or was not given: unknown, never the model
+    for replay in (CUT, NO_FORK, None):
+        out = attribute(LoopEnd.SANDBOX_DIED, experiment=exp(DEAD, pristine=OK, replay=replay))
+        assert (out.outcome, out.reason) == (Outcome.UNKNOWN, Reason.UNATTRIBUTED), replay
+        assert "replay" in out.evidence["attribution"]
+
+
+def test_limit_hits_name_the_reason_only_when_the_replay_reproduces() -> None:
+    e = exp(DEAD, pristine=OK, replay=BROKE)
     assert death_reason(SandboxUsage(1.0, memory_limit_hit=True), e)[0] is Reason.MEMORY_EXCEEDED
     assert death_reason(SandboxUsage(1.0, pids_limit_hit=True), e)[0] is Reason.PIDS_EXCEEDED
+    assert death_reason(None, exp(DEAD, pristine=OK, replay=replace(
+        BROKE, memory_limit_hit=True)))[0] is Reason.MEMORY_EXCEEDED
     assert death_reason(SandboxUsage(1.0, memory_limit_hit=True),
                         exp(DEAD, pristine=DEAD))[0] is Reason.SANDBOX_DIED
+    # an OOM kill the replay does not reproduce (the host's OOM killer): not the model's
+    assert death_reason(SandboxUsage(1.0, memory_limit_hit=True),
+                        exp(DEAD, pristine=OK, replay=HEALTHY))[0] is Reason.SANDBOX_DIED
+
+
+def test_replay_runs_only_where_the_pristine_evidence_is_ambiguous() -> None:
+    died = LoopEnd.SANDBOX_DIED
+    assert needs_replay(died, exp(DEAD, pristine=OK)) and needs_replay(died, exp(HUNG, pristine=OK))
+    assert not needs_replay(died, exp(DEAD, pristine=DEAD))  # infra already
+    assert needs_replay(died, exp(OK, pristine=OK))  # a runtime error, the sandbox answers
+    assert needs_replay(LoopEnd.STEP_TIMEOUT, exp(HUNG, pristine=OK))
+    assert not needs_replay(LoopEnd.STEP_TIMEOUT, exp(HUNG, pristine=HUNG))
+    # verifier errors: the clean pristine re-verify is the evidence unless the sandbox is silent
+    assert not needs_replay(LoopEnd.DONE, exp(OK, pv=FAIL))
+    assert not needs_replay(LoopEnd.DONE, exp(FAILED, pv=FAIL))
+    assert not needs_replay(LoopEnd.DONE, exp(DEAD, pv=CRASH))  # pristine fails too
+    assert needs_replay(LoopEnd.DONE, exp(DEAD, pv=FAIL)) and needs_replay(LoopEnd.DONE,
+                                                                        exp(HUNG, pv=FAIL))
+
+
+def test_host_stalled_commands_are_infra_without_an_experiment() -> None:
+    stalled_v = VerifierVerdict(None, error=Reason.HOST_STALLED, detail="frozen")
+    assert not needs_experiment(LoopEnd.DONE, stalled_v)
+    out = attribute(LoopEnd.DONE, verdict=stalled_v)
+    assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.HOST_STALLED)
+    out = attribute(LoopEnd.HOST_ERROR, evidence={"host_stalled": True, "host_stall_s": 3.0})
+    assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.HOST_STALLED)
 
 
 def test_model_loop_called_by_the_tests_is_the_models_failure() -> None:
@@ -145,9 +205,17 @@ def test_verifier_failing_the_same_way_on_pristine_is_infra() -> None:
 
 
 def test_verifier_error_with_a_broken_episode_sandbox_is_wrecked() -> None:
-    for probe in (FAILED, DEAD):
-        out = attribute(LoopEnd.DONE, verdict=CRASH, experiment=exp(probe, pv=FAIL))
+    # the sandbox answers but its commands fail, the pristine fork verifies: the model's state
+    out = attribute(LoopEnd.DONE, verdict=CRASH, experiment=exp(FAILED, pv=FAIL))
+    assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.SANDBOX_WRECKED)
+    # a dead or silent episode sandbox: the replay decides
+    for probe, healthy in ((DEAD, Reason.SANDBOX_DIED), (HUNG, Reason.HOST_STALLED)):
+        out = attribute(LoopEnd.DONE, verdict=CRASH, experiment=exp(probe, pv=FAIL, replay=BROKE))
         assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.SANDBOX_WRECKED)
+        out = attribute(LoopEnd.DONE, verdict=CRASH, experiment=exp(probe, pv=FAIL, replay=HEALTHY))
+        assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, healthy)
+        out = attribute(LoopEnd.DONE, verdict=CRASH, experiment=exp(probe, pv=FAIL))
+        assert out.outcome is Outcome.UNKNOWN
 
 
 @pytest.mark.parametrize(
@@ -182,9 +250,13 @@ def test_step_timeout_with_a_stalled_sandbox() -> None:
     # neither the episode's nor a pristine sandbox answers: the host stalled
     out = attribute(LoopEnd.STEP_TIMEOUT, experiment=exp(HUNG, pristine=HUNG))
     assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.HOST_STALLED)
-    # only the episode's sandbox hangs: cannot tell the model's state from a local stall
+    # only the episode's sandbox hangs: the replay tells the model's state from a local stall
     out = attribute(LoopEnd.BUDGET, experiment=exp(HUNG, pristine=OK))
     assert out.outcome is Outcome.UNKNOWN
+    out = attribute(LoopEnd.BUDGET, experiment=exp(HUNG, pristine=OK, replay=HEALTHY))
+    assert (out.outcome, out.reason) == (Outcome.INFRA_FAILURE, Reason.HOST_STALLED)
+    out = attribute(LoopEnd.STEP_TIMEOUT, experiment=exp(HUNG, pristine=OK, replay=BROKE))
+    assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.SANDBOX_WRECKED)
     assert needs_experiment(LoopEnd.DONE, CRASH) and not needs_experiment(LoopEnd.DONE, FAIL)
     assert needs_experiment(LoopEnd.SANDBOX_DIED, None)
 

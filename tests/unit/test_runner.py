@@ -201,5 +201,5 @@ async def test_a_host_stall_beyond_the_cap_is_infra_not_a_timeout() -> None:
                    step_timeout_ends_episode=True) as r:
         t = await r.run()
     assert t.outcome is not None
-    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE, Reason.HOST_ERROR)
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE, Reason.HOST_STALLED)
     assert t.outcome.evidence["host_stalled"] is True

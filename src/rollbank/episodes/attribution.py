@@ -10,10 +10,16 @@ Rules (the table in docs/collect.md)
 - The model's own doing is ``model_failure`` even when it surfaces as a timeout, an exhausted
   budget, a full context, an out-of-memory or process-limit kill, or a sandbox it destroyed.
   When the verifier still passes, the model succeeded.
+- A command (the model's or the verifier's) that the host stalled beyond
+  ``max_host_stall_s`` (billing's measurement) is ``infra_failure/host_stalled``.
 - A verifier that times out, crashes or writes no reward, and a sandbox that dies, are
-  decided by the experiment, never by a list of command patterns: the pristine fork verifies
-  (answers) normally -> the model's state caused it (``model_failure``); the pristine fork
-  fails the same way -> ``infra_failure``; the probes disagree or cannot run -> ``unknown``.
+  decided by the experiment, never by a list of command patterns: the pristine fork fails
+  the same way -> ``infra_failure``; the pristine fork verifies normally while the episode's
+  sandbox still answers -> the model's state caused it (``model_failure``); the episode's
+  sandbox is dead or silent while a pristine fork answers (the host can do that too) -> the
+  REPLAY of the model's actions on a fresh fork decides: it breaks the fork -> the model's;
+  the fork stays healthy -> infra (``sandbox_died`` / ``host_stalled``); the replay cannot
+  run or is inconclusive, or the probes disagree -> ``unknown``.
 - Destructive-looking commands are recorded as a *hint* (``evidence.hint_destructive``) only.
 """
 
@@ -21,12 +27,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from rollbank.episodes.experiment import (
+    SLOW_FACTOR,
+    SLOW_SHARE,
+    Experiment,
+    Probe,
+    ProbeState,
+    ReplayEvidence,
+    ReplayState,
+    VerifierVerdict,
+)
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.sandbox.protocol import SandboxUsage
+
+__all__ = ["SLOW_FACTOR", "SLOW_SHARE", "TIMED_OUT_ENDS", "VERIFIABLE", "Experiment", "LoopEnd",
+           "Probe", "ProbeState", "ReplayEvidence", "ReplayState", "VerifierVerdict", "attribute",
+           "death_reason", "destructive_commands", "needs_experiment", "needs_replay",
+           "stall_reason", "stalled", "verifier_error_reason"]
 
 
 class LoopEnd(StrEnum):
@@ -88,112 +108,38 @@ def destructive_commands(actions: Sequence[str | None]) -> list[str]:
     return [a for a in actions if a and any(p.search(a) for p in _DESTRUCTIVE)]
 
 
-@dataclass(frozen=True)
-class VerifierVerdict:
-    """What the verifier said, reduced to what attribution needs.
-
-    ``error`` is one of the verifier infra reasons (crash, timeout, no reward) when the
-    verifier itself failed; then ``reward`` is None.
-    """
-
-    reward: float | None
-    rewards: dict[str, float] = field(default_factory=dict)
-    passed: bool = False
-    error: Reason | None = None
-    detail: str = ""
-    duration_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"reward": self.reward, "passed": self.passed,
-                "error": self.error.value if self.error else None,
-                "duration_s": round(self.duration_s, 3), "detail": self.detail[-500:]}
-
-
-class ProbeState(StrEnum):
-    """What a trivial command under a short deadline found."""
-
-    OK = "ok"  # answered, exit 0
-    FAILED = "failed"  # answered, but the command failed (missing shell, permissions...)
-    TIMED_OUT = "timed_out"  # no answer within the deadline (a stall, or a hang)
-    DEAD = "dead"  # the runtime is gone (or a fresh fork could not even start)
-    NOT_RUN = "not_run"  # the experiment was not possible (no pristine source)
-
-
-@dataclass(frozen=True)
-class Probe:
-    state: ProbeState
-    duration_s: float = 0.0
-    detail: str = ""
-
-    @property
-    def answered(self) -> bool:
-        return self.state in (ProbeState.OK, ProbeState.FAILED)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state.value, "duration_s": round(self.duration_s, 3),
-                "detail": self.detail[-500:]}
-
-
-#: A verifier timeout is not judged when the pristine re-verify itself used this share of
-#: the timeout, or ran this many times slower than ``tasks validate`` measured: the host is too
-#: slow now to tell a model's loop from a slow machine.
-SLOW_SHARE = 0.5
-SLOW_FACTOR = 4.0
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """Evidence of the counterfactual experiment (what a person needs to check the verdict).
-
-    ``episode``: probe of the episode's sandbox. ``pristine``: probe of a fresh fork of the
-    task's pristine snapshot. ``pristine_verdict``: the verifier re-run on a fresh fork under
-    the same limits (None if not run). ``baseline_verify_s``: the no-op verifier time
-    recorded by ``tasks validate`` (None if the task was not validated on this machine).
-    """
-
-    episode: Probe | None = None
-    pristine: Probe | None = None
-    pristine_verdict: VerifierVerdict | None = None
-    pristine_error: str | None = None  # why the re-verify could not run
-    verifier_timeout_s: float | None = None
-    baseline_verify_s: float | None = None
-    cost_s: float = 0.0
-
-    def host_slow(self) -> bool:
-        """Was the pristine re-verify too slow to judge a verifier timeout by?"""
-        v = self.pristine_verdict
-        if v is None:
-            return False
-        if self.verifier_timeout_s and v.duration_s >= SLOW_SHARE * self.verifier_timeout_s:
-            return True
-        b = self.baseline_verify_s
-        return b is not None and v.duration_s > SLOW_FACTOR * b + 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "episode_probe": self.episode.to_dict() if self.episode else None,
-            "pristine_probe": self.pristine.to_dict() if self.pristine else None,
-            "pristine_verify": self.pristine_verdict.to_dict() if self.pristine_verdict else None,
-            "pristine_error": self.pristine_error,
-            "verifier_timeout_s": self.verifier_timeout_s,
-            "baseline_verify_s": self.baseline_verify_s,
-            "host_slow": self.host_slow(),
-            "cost_s": round(self.cost_s, 3),
-        }
-
-
 #: Loop ends after which a step timed out: the episode's sandbox is probed before verifying.
 TIMED_OUT_ENDS = frozenset({LoopEnd.STEP_TIMEOUT, LoopEnd.BUDGET})
 
+_SILENT = (ProbeState.DEAD, ProbeState.TIMED_OUT)  # the episode's sandbox stopped answering
+
 
 def needs_experiment(end: LoopEnd, verdict: VerifierVerdict | None) -> bool:
-    """The error paths (and only those) on which the experiment runs."""
-    return end is LoopEnd.SANDBOX_DIED or (verdict is not None and verdict.error is not None)
+    """The error paths (and only those) on which the experiment runs. A verifier the host
+    stalled beyond the cap is measured evidence already (billing): no experiment."""
+    if end is LoopEnd.SANDBOX_DIED:
+        return True
+    return verdict is not None and verdict.error not in (None, Reason.HOST_STALLED)
 
 
 def stalled(exp: Experiment | None) -> bool:
     """After a step timeout: the episode's sandbox no longer answers (do not verify)."""
     return exp is not None and exp.episode is not None and not exp.episode.answered
+
+
+def needs_replay(end: LoopEnd, exp: Experiment) -> bool:
+    """Only a pristine fork answering while the episode's sandbox does not is ambiguous: the
+    model broke it, or the host did (runtime crash, SIGKILL, host OOM killer, a local stall).
+    Then, and only then, the model's actions are replayed on a fresh fork."""
+    ep = exp.episode
+    if ep is None:
+        return False
+    if exp.pristine_verdict is not None:  # a verifier error; the pristine re-verify is clean
+        return ep.state in _SILENT and exp.pristine_verdict.error is None
+    pristine_ok = exp.pristine is not None and exp.pristine.state is ProbeState.OK
+    if end is LoopEnd.SANDBOX_DIED:
+        return pristine_ok
+    return pristine_ok and ep.state in _SILENT  # a step timed out and the sandbox hangs
 
 
 def _model_limits(usage: SandboxUsage | None) -> tuple[Reason, str] | None:
@@ -204,23 +150,44 @@ def _model_limits(usage: SandboxUsage | None) -> tuple[Reason, str] | None:
     return None
 
 
+def _by_replay(usage: SandboxUsage | None, exp: Experiment | None, healthy: Reason,
+               what: str) -> tuple[Reason, str]:
+    """The episode's sandbox ``what`` while a pristine fork answers: the replay decides.
+    Reproduced -> the model's (named by a limit hit if one explains it); the replayed fork
+    stays healthy -> ``healthy`` (infra); not run or inconclusive -> unknown."""
+    r = exp.replay if exp else None
+    if r is None or r.state is ReplayState.NOT_RUN:
+        why = r.detail if r and r.detail else "no replay ran"
+        return Reason.UNATTRIBUTED, f"{what}; the model's actions could not be replayed: {why}"
+    if r.state is ReplayState.INCONCLUSIVE:
+        return Reason.UNATTRIBUTED, f"{what}; the replay was inconclusive: {r.detail}"
+    if r.state is ReplayState.HEALTHY:
+        n = len(r.steps)
+        return healthy, (f"{what}, but the model's {n} replayed step(s) leave a pristine fork "
+                         f"healthy{' (verified too)' if r.verified else ''}: not the model's doing")
+    probe = r.fork_probe.state.value if r.fork_probe else "dead"
+    how = (f"{what}; replaying the model's actions breaks a pristine fork the same way after "
+           f"step {r.broke_after} ({probe})")
+    if r.memory_limit_hit:
+        return Reason.MEMORY_EXCEEDED, how + "; the model's processes hit the memory limit"
+    if r.pids_limit_hit:
+        return Reason.PIDS_EXCEEDED, how + "; the model's processes hit the process limit"
+    hit = _model_limits(usage)
+    return (hit[0], f"{how}; {hit[1]}") if hit else (Reason.SANDBOX_WRECKED, how)
+
+
 def death_reason(usage: SandboxUsage | None, exp: Experiment | None) -> tuple[Reason, str]:
-    """Why a sandbox died mid-episode, decided by the pristine fork's probe."""
+    """Why a sandbox died mid-episode: a pristine fork's probe, then the replay."""
     p = exp.pristine if exp else None
     if p is None or p.state is ProbeState.NOT_RUN:
         return Reason.UNATTRIBUTED, "sandbox died; no pristine fork could be probed"
     if p.state is not ProbeState.OK:
         return Reason.SANDBOX_DIED, f"a fresh fork of the pristine snapshot fails too ({p.state.value})"
     ep = exp.episode if exp else None
-    if ep is not None and ep.state in (ProbeState.OK, ProbeState.TIMED_OUT):
-        # a runtime error, yet the sandbox is not dead: it answers, or it hangs (a stall?)
-        return Reason.UNATTRIBUTED, (f"runtime error while the episode sandbox probe is "
-                                     f"{ep.state.value} and a pristine fork answers")
-    hit = _model_limits(usage)
-    if hit is not None:
-        return hit
-    return Reason.SANDBOX_WRECKED, (
-        f"sandbox died while a fresh fork of the pristine snapshot answers ({p.duration_s:.2f} s)")
+    what = "sandbox died" if ep is None or ep.state is not ProbeState.OK else \
+        "runtime error (the sandbox still answers)"
+    return _by_replay(usage, exp, Reason.SANDBOX_DIED,
+                      f"{what} while a fresh fork of the pristine snapshot answers")
 
 
 def stall_reason(exp: Experiment) -> tuple[Reason, str]:
@@ -229,14 +196,16 @@ def stall_reason(exp: Experiment) -> tuple[Reason, str]:
     if p is None or p.state is ProbeState.NOT_RUN:
         return Reason.UNATTRIBUTED, "episode sandbox does not answer; no pristine fork probed"
     if p.state is ProbeState.OK:
-        return Reason.UNATTRIBUTED, ("episode sandbox does not answer while a pristine fork does: "
-                                     "the model's state or a stall of this sandbox")
+        return _by_replay(None, exp, Reason.HOST_STALLED,
+                          "episode sandbox does not answer while a pristine fork does")
     return Reason.HOST_STALLED, f"episode and pristine sandboxes both fail the probe ({p.state.value})"
 
 
 def verifier_error_reason(error: Reason, usage: SandboxUsage | None,
                           exp: Experiment | None) -> tuple[Reason, str]:
     """The verifier failed (``error``): re-verified on a pristine fork, who caused it?"""
+    if error is Reason.HOST_STALLED:
+        return error, "the host stalled the verifier beyond max_host_stall_s (measured, not billed)"
     pv = exp.pristine_verdict if exp else None
     if exp is None or pv is None:
         why = exp.pristine_error if exp and exp.pristine_error else "no experiment ran"
@@ -248,12 +217,14 @@ def verifier_error_reason(error: Reason, usage: SandboxUsage | None,
     ep = exp.episode
     if ep is None or ep.state is ProbeState.NOT_RUN:
         return Reason.UNATTRIBUTED, "pristine verifies normally; the episode sandbox was not probed"
-    if ep.state is ProbeState.TIMED_OUT:
-        return Reason.UNATTRIBUTED, ("pristine verifies normally but the episode sandbox does not "
-                                     "answer: the model's state or a stall of this sandbox")
-    if ep.state is not ProbeState.OK:  # failed or dead: the model broke its sandbox
+    if ep.state in _SILENT:  # dead or hanging: the host can do that too -> the replay decides
+        healthy = Reason.SANDBOX_DIED if ep.state is ProbeState.DEAD else Reason.HOST_STALLED
+        return _by_replay(usage, exp, healthy, (
+            f"verifier failed ({error.value}) and the episode sandbox does not answer "
+            f"({ep.state.value}) while the pristine fork verifies normally"))
+    if ep.state is ProbeState.FAILED:  # it answers, but its commands fail: the model's state
         return _model_limits(usage) or (Reason.SANDBOX_WRECKED, (
-            f"episode sandbox fails the probe ({ep.state.value}); pristine verifies normally"))
+            f"episode sandbox fails the probe ({ep.detail[-120:]}); pristine verifies normally"))
     if error is Reason.VERIFIER_TIMEOUT:
         if exp.host_slow():
             return Reason.UNATTRIBUTED, (f"host too slow to judge: pristine re-verify took "
@@ -283,6 +254,9 @@ def attribute(
     if end is LoopEnd.SANDBOX_DIED:
         reason, why = death_reason(usage, experiment)
         return EpisodeOutcome.of(reason, attribution=why, **ev)
+    if end is LoopEnd.HOST_ERROR and ev.get("host_stalled"):  # billing stopped a command
+        return EpisodeOutcome.of(Reason.HOST_STALLED, attribution=(
+            "the host stalled a command beyond max_host_stall_s (measured, not billed)"), **ev)
     if end not in VERIFIABLE:
         return EpisodeOutcome.of(_END_REASON[end], **ev)
     if end in TIMED_OUT_ENDS and experiment is not None and stalled(experiment):

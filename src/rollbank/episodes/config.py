@@ -44,6 +44,10 @@ class RunnerConfig(Section):
         default=10.0, gt=0, description="deadline of the trivial command that probes a sandbox on "
         "an error path (episodes/counterfactual.py): the episode's, and a pristine fork's",
     )
+    replay_cap_s: float = Field(
+        default=60.0, gt=0, description="wall seconds the attribution replay (the model's "
+        "actions re-run on a pristine fork, episodes/counterfactual.py) may take; cut: unknown",
+    )
 
 
 class SandboxSection(Section):

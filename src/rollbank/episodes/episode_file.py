@@ -60,6 +60,7 @@ class RunnerLimits(_Record):
     use_shell: bool = Field(default=True, description="persistent shell session")
     episode_budget_s: float | None = Field(default=None, description="tool-time budget")
     health_probe_timeout_s: float = Field(default=10.0, gt=0, description="probe deadline")
+    replay_cap_s: float = Field(default=60.0, gt=0, description="attribution replay cap (wall s)")
 
 
 class EpisodeFile(_Record):

@@ -38,7 +38,8 @@ class Reason(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"  # per-episode time/token/turn budget used up
     MAX_TURNS = "max_turns"
     CONTEXT_EXHAUSTED = "context_exhausted"  # the conversation outgrew the model's context
-    SANDBOX_WRECKED = "sandbox_wrecked"  # the model broke its own sandbox (rm -rf /, ...)
+    SANDBOX_WRECKED = "sandbox_wrecked"  # the model broke its own sandbox (a replay of its
+    # actions on a pristine fork breaks that one too, or the sandbox answers with failures)
     MEMORY_EXCEEDED = "memory_exceeded"  # the model's processes hit the memory limit
     PIDS_EXCEEDED = "pids_exceeded"  # fork bomb contained by the process limit
     # decided by experiment (episodes/counterfactual.py): the verifier failed on the model's
@@ -47,7 +48,7 @@ class Reason(StrEnum):
     VERIFIER_BROKEN_BY_MODEL = "verifier_broken_by_model"  # crash / no reward (pytest removed...)
     # infra_failure
     SANDBOX_START_FAILED = "sandbox_start_failed"
-    SANDBOX_DIED = "sandbox_died"
+    SANDBOX_DIED = "sandbox_died"  # dead runtime the model's replayed actions do not reproduce
     ENV_BUILD_FAILED = "env_build_failed"
     INFERENCE_ERROR = "inference_error"
     VERIFIER_CRASH = "verifier_crash"
@@ -55,7 +56,8 @@ class Reason(StrEnum):
     VERIFIER_NO_REWARD = "verifier_no_reward"
     HOST_ERROR = "host_error"
     ABORTED = "aborted"  # rollbank itself aborted the attempt (straggler policy)
-    HOST_STALLED = "host_stalled"  # episode and pristine sandboxes both failed to answer a probe
+    HOST_STALLED = "host_stalled"  # a command stalled by the host beyond max_host_stall_s, or a
+    # silent sandbox that a pristine fork (or the model's replayed actions) does not reproduce
     # unknown
     UNATTRIBUTED = "unattributed"
 

@@ -28,7 +28,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from rollbank.episodes.attribution import (
     needs_experiment,
     stalled,
 )
-from rollbank.episodes.counterfactual import Counterfactual
+from rollbank.episodes.counterfactual import Counterfactual, ReplaySpec
 from rollbank.episodes.episode_file import SCHEMA, EpisodeFile, StepEntry, parse_episode
 from rollbank.episodes.harnesses import ActionKind, Harness
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
@@ -206,7 +206,8 @@ async def replay_episode(
         outcome_recorded=_brief(outcome.to_outcome()) if outcome else None,
     )
     judge = counterfactual or Counterfactual(source, verifier,
-                                             probe_timeout_s=runner.health_probe_timeout_s)
+                                             probe_timeout_s=runner.health_probe_timeout_s,
+                                             replay_cap_s=runner.replay_cap_s)
     try:
         acq = await source.acquire(task, budget_s=None)
     except (SandboxError, InputError) as exc:
@@ -231,7 +232,12 @@ async def replay_episode(
         end, evidence = LoopEnd.SANDBOX_DIED, {"replay": True, "error": str(exc)}
     try:
         if end is not None:
-            decided = await _decide(judge, end, evidence, record, task, acq.sandbox, verifier)
+            spec = ReplaySpec(tuple(harness.parse(s.model_text).commands for s in record.steps),
+                              step_timeout_s=runner.step_timeout_s, use_shell=runner.use_shell,
+                              workdir=record.workdir,
+                              budget_s=runner.episode_budget_s or task.agent_timeout_s)
+            decided = await _decide(judge, end, evidence, record, task, acq.sandbox, verifier,
+                                    spec)
             report.outcome_replayed = _brief(decided)
             if end in VERIFIABLE:
                 report.reward_replayed = decided.reward
@@ -245,19 +251,20 @@ async def replay_episode(
 
 async def _decide(judge: Counterfactual, end: LoopEnd, evidence: dict[str, Any],
                   record: EpisodeFile, task: Task, sandbox: Sandbox,
-                  verifier: Verifier) -> EpisodeOutcome:
+                  verifier: Verifier, spec: ReplaySpec) -> EpisodeOutcome:
     """The runner's verification and attribution path, on the replayed sandbox."""
     verdict: VerifierVerdict | None = None
     exp: Experiment | None = None
     if end in TIMED_OUT_ENDS:
-        exp = await judge.after_step_timeout(sandbox, task)
+        exp = await judge.after_step_timeout(sandbox, task, spec)
     if end in VERIFIABLE and not stalled(exp):
         try:
             verdict = await _verify(verifier, sandbox, task)
         except SandboxError as exc:
             end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": str(exc)}
     if needs_experiment(end, verdict):
-        exp = await judge.after_error(end, verdict, sandbox, task)
+        spec = replace(spec, then_verify=verdict is not None)
+        exp = await judge.after_error(end, verdict, sandbox, task, spec)
     try:
         usage = sandbox.usage()
     except Exception:  # a dead runtime may not report usage

@@ -50,7 +50,7 @@ from rollbank.episodes.attribution import (
 from rollbank.episodes.billing import step_bill
 from rollbank.episodes.config import RunnerConfig
 from rollbank.episodes.conversation import Conversation
-from rollbank.episodes.counterfactual import Counterfactual
+from rollbank.episodes.counterfactual import Counterfactual, ReplaySpec
 from rollbank.episodes.harnesses import ActionKind, Harness
 from rollbank.episodes.limiter import PriorityLimiter
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
@@ -115,7 +115,8 @@ class EpisodeRunner:
         self._verify_slots = PriorityLimiter(config.verifier_slots or os.cpu_count() or 1)
         # error paths only: probes and a pristine re-verify decide who caused a failure
         self.judge = counterfactual or Counterfactual(
-            source, verifier, probe_timeout_s=config.health_probe_timeout_s, clock=self.clock)
+            source, verifier, probe_timeout_s=config.health_probe_timeout_s, clock=self.clock,
+            replay_cap_s=config.replay_cap_s)
 
     def verifiers_waiting(self) -> bool:
         """Does any finished episode wait for a verifier slot (verification is contended)?"""
@@ -289,20 +290,35 @@ class EpisodeRunner:
 
     async def _conclude(self, end: LoopEnd, evidence: dict[str, Any], task: Task,
                         traj: Trajectory, priority: AttemptKey, sandbox: Sandbox) -> EpisodeOutcome:
-        """Verify, and on an error path run the counterfactual experiment; then attribute."""
+        """Verify, and on an error path run the counterfactual experiment (which may replay
+        the model's actions on a fresh pristine fork, ``counterfactual.ReplaySpec``)."""
         verdict: VerifierVerdict | None = None
         exp: Experiment | None = None
         if end in TIMED_OUT_ENDS:  # does the sandbox still answer after a step timed out?
-            exp = await self.judge.after_step_timeout(sandbox, task)
+            exp = await self.judge.after_step_timeout(sandbox, task, self._replay_spec(task, traj))
         if end in VERIFIABLE and not stalled(exp):
             verdict, died = await self._verify(sandbox, task, traj, priority)
             if died is not None:
                 end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": died}
         if needs_experiment(end, verdict):
+            # the failure surfaced during verification: the replayed fork is verified too
+            spec = replace(self._replay_spec(task, traj), then_verify=verdict is not None)
             async with self._verify_slots.slot(priority):  # a re-verify is verifier work
-                exp = await self.judge.after_error(end, verdict, sandbox, task)
+                exp = await self.judge.after_error(end, verdict, sandbox, task, spec)
         return attribute(end, verdict=verdict, usage=_usage(sandbox),
                          actions=[s.action for s in traj.steps], evidence=evidence, experiment=exp)
+
+    def _replay_spec(self, task: Task, traj: Trajectory) -> ReplaySpec:
+        """The model's actions (each turn's text parsed again, or the plan's) and limits."""
+        plan = self.workload.plan(task.task_id, traj.seed) if self.workload is not None else None
+        steps = tuple(
+            (self.harness.parse(s.model_text) if plan is None else plan.action(s.index)).commands
+            for s in traj.steps)
+        workdir = traj.meta.get("workdir")
+        return ReplaySpec(steps, step_timeout_s=self.config.step_timeout_s,
+                          use_shell=self.config.use_shell,
+                          workdir=workdir if isinstance(workdir, str) else None,
+                          budget_s=self.config.episode_budget_s or task.agent_timeout_s)
 
     async def _verify(
         self, sandbox: Sandbox, task: Task, traj: Trajectory, priority: AttemptKey

@@ -70,7 +70,7 @@ class TaskVerifier:
 
     _ERRORS: ClassVar[dict[str, Reason]] = {
         "crash": Reason.VERIFIER_CRASH, "timeout": Reason.VERIFIER_TIMEOUT,
-        "no_reward": Reason.VERIFIER_NO_REWARD}
+        "no_reward": Reason.VERIFIER_NO_REWARD, "host_stalled": Reason.HOST_STALLED}
 
     async def verify(self, sandbox: Sandbox, task: Task) -> VerifierVerdict:
         from rollbank.episodes.verifier import run_verifier

@@ -64,6 +64,7 @@ class VerifierStatus(StrEnum):
     CRASH = "crash"
     TIMEOUT = "timeout"
     NO_REWARD = "no_reward"
+    HOST_STALLED = "host_stalled"  # the host stalled it beyond max_host_stall_s (billing)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ _REASON = {
     VerifierStatus.CRASH: Reason.VERIFIER_CRASH,
     VerifierStatus.TIMEOUT: Reason.VERIFIER_TIMEOUT,
     VerifierStatus.NO_REWARD: Reason.VERIFIER_NO_REWARD,
+    VerifierStatus.HOST_STALLED: Reason.HOST_STALLED,
 }
 
 
@@ -133,6 +135,9 @@ def classify(exec_result: ExecResult, reward_txt: str | None, reward_json: str |
                             "duration_s": exec_result.duration_s,
                             "stdout_tail": exec_result.stdout[-4000:],
                             "stderr_tail": exec_result.stderr[-4000:]}
+    if exec_result.host_stalled:  # measured by billing: the host's doing, not a timeout
+        return VerifierResult(VerifierStatus.HOST_STALLED, None,
+                              error="the host stalled the verifier beyond max_host_stall_s", **base)
     if exec_result.timed_out or exec_result.budget_exhausted:
         return VerifierResult(VerifierStatus.TIMEOUT, None, error="verifier timed out", **base)
     try:
@@ -215,6 +220,8 @@ async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None 
                        kill_leftovers: bool = False) -> VerifierResult:
     """Run the task's verifier in ``sandbox`` (after the agent finished) and classify it."""
     prep = await prepare(sandbox, task, kill_leftovers=kill_leftovers)
+    if prep.host_stalled:
+        return classify(prep, None, None)
     if prep.exit_code != 0:
         return VerifierResult(VerifierStatus.CRASH, None, exit_code=prep.exit_code,
                               signal=prep.signal, stderr_tail=prep.stderr[-4000:],
@@ -224,7 +231,7 @@ async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None 
     res = await sandbox.exec(["/bin/bash", "-c", command], env=dict(task.verifier_env),
                              timeout_s=timeout_s or task.verifier_timeout_s,
                              output_limit=OUTPUT_LIMIT)
-    if res.timed_out or res.budget_exhausted:
+    if res.timed_out or res.budget_exhausted or res.host_stalled:
         return classify(res, None, None)
     shim_error = await _read_optional(sandbox, SHIM_ERROR)
     if shim_error is not None:
