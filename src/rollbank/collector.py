@@ -28,7 +28,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,13 @@ from rollbank.inference.protocol import InferenceClient, Tokenizer
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.calibrate import calibrate
 from rollbank.metrics.events import EventLog, read_events
+from rollbank.metrics.progress import (
+    PREFIX,
+    PlainProgress,
+    progress_sink,
+    run_summary_lines,
+    wants_live,
+)
 from rollbank.metrics.summary import BatchSummary, summarize_batch
 from rollbank.routing import router_from_config
 from rollbank.scheduling.driver import CollectionDriver
@@ -138,7 +145,8 @@ def _vocab_size(tok: Tokenizer) -> int:
 
 
 @contextlib.asynccontextmanager
-async def open_inference(cfg: InferenceSection, *, max_model_len: int) -> AsyncIterator[InferencePlane]:
+async def open_inference(cfg: InferenceSection, *, max_model_len: int,
+                         say: Callable[[str], None] | None = None) -> AsyncIterator[InferencePlane]:
     """Start (managed), connect to (external) or fake the inference servers."""
     if cfg.kind == "fake":
         from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
@@ -168,16 +176,32 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int) -> AsyncI
         return
     from rollbank.inference.server import ManagedServers
 
-    async with ManagedServers(cfg.managed) as servers:
+    managed = ManagedServers(cfg.managed, on_ready=None if say is None else
+                             lambda i, secs: say(f"server {i} ready in {secs:.0f} s"))
+    if say is not None:
+        say(managed.plan.line())
+        say(f"starting {managed.plan.num_servers} vLLM server(s) for {cfg.managed.model} "
+            f"(compile: {cfg.managed.compile})...")
+    async with managed as servers:
         assert servers.model_dir is not None
         tok = load_tokenizer(servers.model_dir)
         yield InferencePlane(dict(zip(servers.urls, servers.clients, strict=True)), tok,
                              _vocab_size(tok),
-                             f"{cfg.managed.num_servers} managed vLLM servers, model {cfg.managed.model}")
+                             f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}")
 
 
-def _live_wanted(mode: str) -> bool:
-    return mode == "on" or (mode == "auto" and sys.stderr.isatty())
+def plain_printer(config: CollectConfig) -> Callable[[str], None] | None:
+    """Plain ``[rollbank]`` lines on stderr when the run is not on a terminal (else None)."""
+    if config.metrics.live != "auto" or wants_live("auto", sys.stderr):
+        return None
+    return lambda text: print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
+
+
+def zero_variance_extra(groups: Sequence[Any]) -> dict[str, Any]:
+    """How many of a batch's groups carry no learning signal (all valid rewards equal)."""
+    zero = sum(1 for g in groups if g.zero_variance)
+    return {"zero_variance_groups": zero,
+            "zero_variance_share": zero / len(groups) if groups else None}
 
 
 async def collect(
@@ -222,12 +246,11 @@ async def collect(
             stack.callback(prom.close)
             sinks.append(prom)
             log.record("prometheus", clock.now(), port=port)
-        if _live_wanted(config.metrics.live):
-            from rollbank.metrics.live import LiveView
-
-            live = LiveView(total_batches=sched.num_batches, groups_per_batch=sched.groups_per_batch)
-            stack.callback(live.close)
-            sinks.append(live)
+        progress = progress_sink(config.metrics.live, total_batches=sched.num_batches,
+                                 groups_per_batch=sched.groups_per_batch)
+        if progress is not None:
+            stack.callback(progress.close)
+            sinks.append(progress)
         task_ids = task_sequence(tasks, config.task_order_seed)
         driver = CollectionDriver(sched, runner, task_ids, sink=FanoutSink(*sinks), clock=clock,
                                   other_contention=runner.inner.verifiers_waiting)
@@ -244,13 +267,16 @@ async def collect(
                     servers=servers, groups_needed=sched.groups_per_batch,
                     group_size=sched.bank.group_size, sandbox_slots=sched.sandbox_slots,
                     extra={"accounting": batch.accounting.to_dict(),
-                           "profile": batch.profile.to_dict(), "complete": batch.complete},
+                           "profile": batch.profile.to_dict(), "complete": batch.complete,
+                           **zero_variance_extra(batch.groups)},
                 )
                 summaries.append(s)
                 path = await asyncio.to_thread(write_batch, out_dir / "batches", batch,
                                                extra={"summary": s.to_dict()})
                 log.record("batch_written", clock.now(), batch_index=batch.index, path=path,
                            time_to_batch_s=s.time_to_batch_s, efficiency=s.efficiency)
+                if isinstance(progress, PlainProgress):
+                    progress.batch_written(batch.index, path, s.time_to_batch_s)
         t_end = clock.now() if not summaries else summaries[-1].t_end
         ledger = _ledger(driver)
         log.record("run_finished", clock.now(), batches=len(summaries), ledger=ledger)
@@ -259,6 +285,11 @@ async def collect(
     _write_summary(result, config)
     if config.metrics.report:
         await asyncio.to_thread(write_run_report, result, config)
+    if progress is not None:
+        print("\n".join(run_summary_lines(
+            [b.to_dict() for b in result.batches], out_dir=out_dir, setup_s=setup_s,
+            collection_s=result.collection_s, attempts=len(result.trajectories), ledger=ledger)),
+            file=sys.stderr, flush=True)
     return result
 
 
@@ -278,10 +309,17 @@ def _write_summary(result: CollectResult, config: CollectConfig) -> Path:
         "trajectories": len(result.trajectories),
         "capacity": result.capacity.to_dict() if result.capacity else None,
         "ledger": result.ledger,
+        "zero_variance_share": _zero_share(result.batches),
         "wall_clock_finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     return path
+
+
+def _zero_share(batches: Sequence[BatchSummary]) -> float | None:
+    groups = sum(b.n_groups for b in batches)
+    zero = sum(int(b.extra.get("zero_variance_groups", 0)) for b in batches)
+    return zero / groups if groups else None
 
 
 def write_run_report(result: CollectResult, config: CollectConfig) -> Path:
@@ -293,6 +331,7 @@ def write_run_report(result: CollectResult, config: CollectConfig) -> Path:
         trajectories=result.trajectories, events=events,
         batches=[b.to_dict() for b in result.batches],
         config=config.model_dump(mode="json"),
+        setup_s=result.setup_s,
         notes=[f"collection {result.collection_s:.1f} s for {len(result.batches)} batch(es); "
                f"{len(result.trajectories)} attempts finished; set-up {result.setup_s:.1f} s"],
     )
@@ -304,11 +343,20 @@ async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> 
 
     out = out_dir or Path(config.output)
     tasks = select_tasks(config)
+    say = plain_printer(config)
     t_setup = time.monotonic()
     async with contextlib.AsyncExitStack() as stack:
         plane = await stack.enter_async_context(
-            open_inference(config.inference, max_model_len=config.runner.max_model_len))
-        sandboxes = await stack.enter_async_context(
-            open_sandboxes(config.sandbox, tasks, prepare=tasks_to_prepare(config, tasks)))
+            open_inference(config.inference, max_model_len=config.runner.max_model_len, say=say))
+        prepare = tasks_to_prepare(config, tasks)
+        t_pool = time.monotonic()
+        if say is not None:
+            say(f"preparing sandboxes: {len(prepare)} of {len(tasks)} tasks (environments built once, "
+                "then cached)...")
+        sandboxes = await stack.enter_async_context(open_sandboxes(config.sandbox, tasks, prepare=prepare))
+        if say is not None:
+            sched = config.scheduler.effective()
+            say(f"sandboxes ready in {time.monotonic() - t_pool:.0f} s; collecting "
+                f"{sched.num_batches} batch(es) of {sched.groups_per_batch} groups x {sched.bank.group_size}")
         return await collect(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
                              out_dir=out, setup_s=time.monotonic() - t_setup)
