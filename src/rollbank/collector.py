@@ -316,6 +316,16 @@ def _write_summary(result: CollectResult, config: CollectConfig) -> Path:
     return path
 
 
+@contextlib.asynccontextmanager
+async def _timed(cm: contextlib.AbstractAsyncContextManager[Any], say: Callable[[str], None] | None,
+                 what: str) -> AsyncIterator[Any]:
+    t0 = time.monotonic()
+    async with cm as value:
+        if say is not None:
+            say(f"{what} in {time.monotonic() - t0:.0f} s")
+        yield value
+
+
 def _zero_share(batches: Sequence[BatchSummary]) -> float | None:
     groups = sum(b.n_groups for b in batches)
     zero = sum(int(b.extra.get("zero_variance_groups", 0)) for b in batches)
@@ -337,6 +347,29 @@ def write_run_report(result: CollectResult, config: CollectConfig) -> Path:
     )
 
 
+async def enter_concurrently(stack: contextlib.AsyncExitStack,
+                             *cms: contextlib.AbstractAsyncContextManager[Any]) -> list[Any]:
+    """Enter ``cms`` at the same time (e.g. servers warming up while sandboxes are prepared);
+    each one entered is pushed on ``stack``. If one fails, the others are cancelled (or exited
+    if they already got in) and the first error is raised."""
+    tasks = [asyncio.ensure_future(cm.__aenter__()) for cm in cms]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:  # also on our own cancellation: nothing half-entered is left behind
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for cm, t in zip(cms, tasks, strict=True):
+            if not t.cancelled() and t.exception() is None:
+                stack.push_async_exit(cm)
+    for t in tasks:
+        if t.cancelled():
+            continue
+        if (exc := t.exception()) is not None:
+            raise exc
+    return [t.result() for t in tasks]
+
+
 async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> CollectResult:
     """Open the planes ``config`` describes, collect, release everything."""
     from rollbank.episodes.sandboxes import open_sandboxes
@@ -346,17 +379,17 @@ async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> 
     say = plain_printer(config)
     t_setup = time.monotonic()
     async with contextlib.AsyncExitStack() as stack:
-        plane = await stack.enter_async_context(
-            open_inference(config.inference, max_model_len=config.runner.max_model_len, say=say))
+        # Servers start (minutes of import and compile) while the warm pool is prepared.
         prepare = tasks_to_prepare(config, tasks)
-        t_pool = time.monotonic()
         if say is not None:
-            say(f"preparing sandboxes: {len(prepare)} of {len(tasks)} tasks (environments built once, "
-                "then cached)...")
-        sandboxes = await stack.enter_async_context(open_sandboxes(config.sandbox, tasks, prepare=prepare))
+            say(f"preparing sandboxes for {len(prepare)} of {len(tasks)} tasks while servers start "
+                "(environments are built once, then cached)...")
+        plane, sandboxes = await enter_concurrently(
+            stack, open_inference(config.inference, max_model_len=config.runner.max_model_len, say=say),
+            _timed(open_sandboxes(config.sandbox, tasks, prepare=prepare), say, "sandboxes ready"))
         if say is not None:
             sched = config.scheduler.effective()
-            say(f"sandboxes ready in {time.monotonic() - t_pool:.0f} s; collecting "
-                f"{sched.num_batches} batch(es) of {sched.groups_per_batch} groups x {sched.bank.group_size}")
+            say(f"set-up done in {time.monotonic() - t_setup:.0f} s; collecting {sched.num_batches} "
+                f"batch(es) of {sched.groups_per_batch} groups x {sched.bank.group_size}")
         return await collect(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
                              out_dir=out, setup_s=time.monotonic() - t_setup)
