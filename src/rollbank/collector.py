@@ -53,6 +53,8 @@ from rollbank.metrics.progress import (
     progress_sink,
     run_summary_lines,
     wants_live,
+    zero_variance_extra,
+    zero_variance_share,
 )
 from rollbank.metrics.summary import BatchSummary, summarize_batch
 from rollbank.routing import router_from_config
@@ -197,13 +199,6 @@ def plain_printer(config: CollectConfig) -> Callable[[str], None] | None:
     return lambda text: print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
 
 
-def zero_variance_extra(groups: Sequence[Any]) -> dict[str, Any]:
-    """How many of a batch's groups carry no learning signal (all valid rewards equal)."""
-    zero = sum(1 for g in groups if g.zero_variance)
-    return {"zero_variance_groups": zero,
-            "zero_variance_share": zero / len(groups) if groups else None}
-
-
 async def collect(
     config: CollectConfig,
     *,
@@ -221,11 +216,18 @@ async def collect(
     dump_resolved(config, out_dir)  # creates out_dir
     sched = config.scheduler
     servers = list(inference.clients)
+    say = plain_printer(config)
     if capacity is None and config.inference.calibrate:
+        t_cal = time.monotonic()
+        if say is not None:
+            say("calibrating the servers' capacity for the lower bound (a few probe requests)...")
         capacity = await calibrate(inference.clients, sandbox_slots=sched.sandbox_slots,
                                    vocab_size=inference.vocab_size,
                                    verifier_slots=config.runner.verifier_slots or os.cpu_count())
         await inference.reset_caches()
+        if say is not None:
+            say(f"calibrated in {time.monotonic() - t_cal:.0f} s: decode {capacity.decode_rate_single:.0f} "
+                f"tok/s alone, {capacity.decode_rate_max:.0f} tok/s aggregate")
     router = router_from_config(config.router, servers, clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
     runner = _Keeping(EpisodeRunner(
@@ -309,7 +311,7 @@ def _write_summary(result: CollectResult, config: CollectConfig) -> Path:
         "trajectories": len(result.trajectories),
         "capacity": result.capacity.to_dict() if result.capacity else None,
         "ledger": result.ledger,
-        "zero_variance_share": _zero_share(result.batches),
+        "zero_variance_share": zero_variance_share([b.to_dict() for b in result.batches]),
         "wall_clock_finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
@@ -324,12 +326,6 @@ async def _timed(cm: contextlib.AbstractAsyncContextManager[Any], say: Callable[
         if say is not None:
             say(f"{what} in {time.monotonic() - t0:.0f} s")
         yield value
-
-
-def _zero_share(batches: Sequence[BatchSummary]) -> float | None:
-    groups = sum(b.n_groups for b in batches)
-    zero = sum(int(b.extra.get("zero_variance_groups", 0)) for b in batches)
-    return zero / groups if groups else None
 
 
 def write_run_report(result: CollectResult, config: CollectConfig) -> Path:

@@ -123,6 +123,21 @@ def progress_sink(
     return PlainProgress(total_batches=total_batches, groups_per_batch=groups_per_batch, stream=stream)
 
 
+def zero_variance_extra(groups: Sequence[Any]) -> dict[str, Any]:
+    """How many of a batch's groups (``GroupResult``) carry no learning signal (all valid
+    rewards equal, so every advantage is 0): the summary's ``extra`` fields."""
+    zero = sum(1 for g in groups if g.zero_variance)
+    return {"zero_variance_groups": zero,
+            "zero_variance_share": zero / len(groups) if groups else None}
+
+
+def zero_variance_share(batches: Sequence[dict[str, Any]]) -> float | None:
+    """Zero-variance groups / groups over summary dicts (None without groups)."""
+    groups = sum(int(b.get("n_groups", 0)) for b in batches)
+    zero = sum(int((b.get("extra") or {}).get("zero_variance_groups", 0)) for b in batches)
+    return zero / groups if groups else None
+
+
 def _num(v: Any, fmt: str = ".0f", unit: str = "") -> str:
     return "-" if v is None else f"{v:{fmt}}{unit}"
 
