@@ -22,7 +22,7 @@ from rollbank.episodes.harnesses import (
     Terminus2Harness,
 )
 from rollbank.episodes.workload import WorkloadConfig
-from rollbank.inference.server import ServerConfig
+from rollbank.inference.config import ServerConfig
 from rollbank.routing import RouterConfig
 from rollbank.scheduling.config import SchedulerConfig
 
@@ -117,7 +117,7 @@ class CollectConfig(Section):
     )
     runner: RunnerConfig = Field(default_factory=lambda: RunnerConfig.model_validate({}), description="episode limits")
     scheduler: SchedulerConfig = Field(
-        default_factory=SchedulerConfig, description="groups, capacities, straggler policy"
+        default_factory=lambda: SchedulerConfig.model_validate({}), description="groups, capacities, straggler policy"
     )
     router: RouterConfig = Field(default_factory=RouterConfig, description="routing policy")
     inference: InferenceSection = Field(

@@ -28,7 +28,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,15 @@ from rollbank.inference.protocol import InferenceClient, Tokenizer
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.calibrate import calibrate
 from rollbank.metrics.events import EventLog, read_events
+from rollbank.metrics.progress import (
+    PREFIX,
+    PlainProgress,
+    progress_sink,
+    run_summary_lines,
+    wants_live,
+    zero_variance_extra,
+    zero_variance_share,
+)
 from rollbank.metrics.summary import BatchSummary, summarize_batch
 from rollbank.routing import router_from_config
 from rollbank.scheduling.driver import CollectionDriver
@@ -133,7 +142,8 @@ def _vocab_size(tok: Tokenizer) -> int:
 
 
 @contextlib.asynccontextmanager
-async def open_inference(cfg: InferenceSection, *, max_model_len: int) -> AsyncIterator[InferencePlane]:
+async def open_inference(cfg: InferenceSection, *, max_model_len: int,
+                         say: Callable[[str], None] | None = None) -> AsyncIterator[InferencePlane]:
     """Start (managed), connect to (external) or fake the inference servers."""
     if cfg.kind == "fake":
         from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
@@ -165,16 +175,25 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int) -> AsyncI
         return
     from rollbank.inference.server import ManagedServers
 
-    async with ManagedServers(cfg.managed) as servers:
+    managed = ManagedServers(cfg.managed, on_ready=None if say is None else
+                             lambda i, secs: say(f"server {i} ready in {secs:.0f} s"))
+    if say is not None:
+        say(managed.plan.line())
+        say(f"starting {managed.plan.num_servers} vLLM server(s) for {cfg.managed.model} "
+            f"(compile: {cfg.managed.compile})...")
+    async with managed as servers:
         assert servers.model_dir is not None
         tok = load_tokenizer(servers.model_dir)
         yield InferencePlane(dict(zip(servers.urls, servers.clients, strict=True)), tok,
                              _vocab_size(tok),
-                             f"{cfg.managed.num_servers} managed vLLM servers, model {cfg.managed.model}")
+                             f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}")
 
 
-def _live_wanted(mode: str) -> bool:
-    return mode == "on" or (mode == "auto" and sys.stderr.isatty())
+def plain_printer(config: CollectConfig) -> Callable[[str], None] | None:
+    """Plain ``[rollbank]`` lines on stderr when the run is not on a terminal (else None)."""
+    if config.metrics.live != "auto" or wants_live("auto", sys.stderr):
+        return None
+    return lambda text: print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
 
 
 async def collect(
@@ -197,11 +216,18 @@ async def collect(
     dump_resolved(config, out_dir)  # creates out_dir
     sched = config.scheduler
     servers = list(inference.clients)
+    say = plain_printer(config)
     if capacity is None and config.inference.calibrate:
+        t_cal = time.monotonic()
+        if say is not None:
+            say("calibrating the servers' capacity for the lower bound (a few probe requests)...")
         capacity = await calibrate(inference.clients, sandbox_slots=sched.sandbox_slots,
                                    vocab_size=inference.vocab_size,
                                    verifier_slots=config.runner.verifier_slots or os.cpu_count())
         await inference.reset_caches()
+        if say is not None:
+            say(f"calibrated in {time.monotonic() - t_cal:.0f} s: decode {capacity.decode_rate_single:.0f} "
+                f"tok/s alone, {capacity.decode_rate_max:.0f} tok/s aggregate")
     router = router_from_config(config.router, servers, clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
     runner = _Keeping(EpisodeRunner(
@@ -235,12 +261,11 @@ async def collect(
                                          config=config.model_dump(mode="json"))
             stack.push_async_callback(asyncio.to_thread, wb.close)
             sinks.append(wb)
-        if _live_wanted(config.metrics.live):
-            from rollbank.metrics.live import LiveView
-
-            live = LiveView(total_batches=sched.num_batches, groups_per_batch=sched.groups_per_batch)
-            stack.callback(live.close)
-            sinks.append(live)
+        progress = progress_sink(config.metrics.live, total_batches=sched.num_batches,
+                                 groups_per_batch=sched.groups_per_batch)
+        if progress is not None:
+            stack.callback(progress.close)
+            sinks.append(progress)
         task_ids = task_sequence(tasks, config.task_order_seed)
         driver = CollectionDriver(sched, runner, task_ids, sink=FanoutSink(*sinks), clock=clock,
                                   other_contention=runner.inner.verifiers_waiting)
@@ -258,7 +283,8 @@ async def collect(
                     group_size=sched.bank.group_size, sandbox_slots=sched.sandbox_slots,
                     extra={"accounting": batch.accounting.to_dict(),
                            "profile": batch.profile.to_dict(), "complete": batch.complete,
-                           "unreachable": [u.to_dict() for u in batch.unreachable]},
+                           "unreachable": [u.to_dict() for u in batch.unreachable],
+                           **zero_variance_extra(batch.groups)},
                 )
                 summaries.append(s)
                 path = await asyncio.to_thread(write_batch, out_dir / "batches", batch,
@@ -266,6 +292,8 @@ async def collect(
                 driver.ack(path)  # written: its groups are consumed (exactly-once hand-off)
                 log.record("batch_written", clock.now(), batch_index=batch.index, path=path,
                            time_to_batch_s=s.time_to_batch_s, efficiency=s.efficiency)
+                if isinstance(progress, PlainProgress):
+                    progress.batch_written(batch.index, path, s.time_to_batch_s)
         t_end = clock.now() if not summaries else summaries[-1].t_end
         ledger = _ledger(driver)
         log.record("run_finished", clock.now(), batches=len(summaries), ledger=ledger)
@@ -274,6 +302,11 @@ async def collect(
     _write_summary(result, config)
     if config.metrics.report:
         await asyncio.to_thread(write_run_report, result, config)
+    if progress is not None:
+        print("\n".join(run_summary_lines(
+            [b.to_dict() for b in result.batches], out_dir=out_dir, setup_s=setup_s,
+            collection_s=result.collection_s, attempts=len(result.trajectories), ledger=ledger)),
+            file=sys.stderr, flush=True)
     return result
 
 
@@ -311,10 +344,21 @@ def _write_summary(result: CollectResult, config: CollectConfig) -> Path:
         "trajectories": len(result.trajectories),
         "capacity": result.capacity.to_dict() if result.capacity else None,
         "ledger": result.ledger,
+        "zero_variance_share": zero_variance_share([b.to_dict() for b in result.batches]),
         "wall_clock_finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     return path
+
+
+@contextlib.asynccontextmanager
+async def _timed(cm: contextlib.AbstractAsyncContextManager[Any], say: Callable[[str], None] | None,
+                 what: str) -> AsyncIterator[Any]:
+    t0 = time.monotonic()
+    async with cm as value:
+        if say is not None:
+            say(f"{what} in {time.monotonic() - t0:.0f} s")
+        yield value
 
 
 def write_run_report(result: CollectResult, config: CollectConfig) -> Path:
@@ -326,9 +370,33 @@ def write_run_report(result: CollectResult, config: CollectConfig) -> Path:
         trajectories=result.trajectories, events=events,
         batches=[b.to_dict() for b in result.batches],
         config=config.model_dump(mode="json"),
+        setup_s=result.setup_s,
         notes=[f"collection {result.collection_s:.1f} s for {len(result.batches)} batch(es); "
                f"{len(result.trajectories)} attempts finished; set-up {result.setup_s:.1f} s"],
     )
+
+
+async def enter_concurrently(stack: contextlib.AsyncExitStack,
+                             *cms: contextlib.AbstractAsyncContextManager[Any]) -> list[Any]:
+    """Enter ``cms`` at the same time (e.g. servers warming up while sandboxes are prepared);
+    each one entered is pushed on ``stack``. If one fails, the others are cancelled (or exited
+    if they already got in) and the first error is raised."""
+    tasks = [asyncio.ensure_future(cm.__aenter__()) for cm in cms]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:  # also on our own cancellation: nothing half-entered is left behind
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for cm, t in zip(cms, tasks, strict=True):
+            if not t.cancelled() and t.exception() is None:
+                stack.push_async_exit(cm)
+    for t in tasks:
+        if t.cancelled():
+            continue
+        if (exc := t.exception()) is not None:
+            raise exc
+    return [t.result() for t in tasks]
 
 
 async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> CollectResult:
@@ -338,11 +406,20 @@ async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> 
     out = out_dir or Path(config.output)
     check_output_folder(out)  # before servers start
     tasks = select_tasks(config)
+    say = plain_printer(config)
     t_setup = time.monotonic()
     async with contextlib.AsyncExitStack() as stack:
-        plane = await stack.enter_async_context(
-            open_inference(config.inference, max_model_len=config.runner.max_model_len))
-        sandboxes = await stack.enter_async_context(
-            open_sandboxes(config.sandbox, tasks, prepare=tasks_to_prepare(config, tasks)))
+        # Servers start (minutes of import and compile) while the warm pool is prepared.
+        prepare = tasks_to_prepare(config, tasks)
+        if say is not None:
+            say(f"preparing sandboxes for {len(prepare)} of {len(tasks)} tasks while servers start "
+                "(environments are built once, then cached)...")
+        plane, sandboxes = await enter_concurrently(
+            stack, open_inference(config.inference, max_model_len=config.runner.max_model_len, say=say),
+            _timed(open_sandboxes(config.sandbox, tasks, prepare=prepare), say, "sandboxes ready"))
+        if say is not None:
+            sched = config.scheduler.effective()
+            say(f"set-up done in {time.monotonic() - t_setup:.0f} s; collecting {sched.num_batches} "
+                f"batch(es) of {sched.groups_per_batch} groups x {sched.bank.group_size}")
         return await collect(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
                              out_dir=out, setup_s=time.monotonic() - t_setup)

@@ -26,9 +26,10 @@ from rollbank.bench.routing_workload import (
 from rollbank.clock import MonotonicClock
 from rollbank.episodes.conversation import Conversation
 from rollbank.episodes.trajectory import ENV_VERSION, Trajectory
+from rollbank.inference.config import ServerConfig
 from rollbank.inference.models import load_tokenizer
 from rollbank.inference.protocol import GenerateRequest, InferenceClient, SamplingParams
-from rollbank.inference.server import ManagedServers, ServerConfig
+from rollbank.inference.server import ManagedServers
 from rollbank.routing import CacheAwareRouter, make_router
 
 pytestmark = [

@@ -30,9 +30,10 @@ from trl.trainer.grpo_trainer import GRPOTrainer, RewardFunc
 from rollbank.batching.loader import read_batch_dir
 from rollbank.batching.writer import ready_batches
 from rollbank.collect_config import load_collect_config
-from rollbank.collector import CollectResult, InferencePlane, SandboxPlane, collect
+from rollbank.collector import CollectResult, InferencePlane, collect
 from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.sandboxes import SpecOf, WarmSource, spec_for
+from rollbank.episodes.sources import SandboxPlane
 from rollbank.errors import EngineDeadError
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.models import OFFLINE_ENV, ensure_model

@@ -24,10 +24,11 @@ import pytest_asyncio
 from safetensors.numpy import load_file, save_file
 
 from rollbank.errors import BadRequestError, InferenceError
+from rollbank.inference.config import ServerConfig
 from rollbank.inference.models import create_tiny_lora, ensure_model, load_tokenizer
 from rollbank.inference.protocol import GenerateRequest, GenerateResult, SamplingParams
 from rollbank.inference.publish import WeightPublisher
-from rollbank.inference.server import ManagedServers, ServerConfig
+from rollbank.inference.server import ManagedServers
 from rollbank.inference.vllm_client import VLLMClient
 
 pytestmark = [

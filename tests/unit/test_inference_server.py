@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from rollbank.errors import InferenceError
-from rollbank.inference.server import ManagedServers, ServerConfig
+from rollbank.inference.config import ServerConfig
+from rollbank.inference.server import ManagedServers
 
 STAND_IN = '''
 import http.server, json, os, sys
@@ -80,6 +81,7 @@ def requests(tmp_path: Path) -> list[dict[str, object]]:
 
 async def test_start_environment_and_clean_stop(stand_in: Path, tmp_path: Path) -> None:
     async with ManagedServers(config(stand_in, tmp_path, num_servers=2)) as ms:
+        plan_binds = ms.plan.binds
         pids = [s.process.pid for s in ms.servers if s.process is not None]
         assert len(set(ms.urls)) == 2 and all([await c.health() for c in ms.clients])
         assert all(os.getpgid(p) == p for p in pids)  # each in its own process group
@@ -93,8 +95,8 @@ async def test_start_environment_and_clean_stop(stand_in: Path, tmp_path: Path) 
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["HF_HUB_OFFLINE"] == "1"
     assert env["KMP_BLOCKTIME"] == "0" and env["OMP_WAIT_POLICY"] == "PASSIVE"  # no spinning
     binds = {r["port"]: r["env"]["VLLM_CPU_OMP_THREADS_BIND"] for r in requests(tmp_path)}  # type: ignore[index]
-    ncpu = os.cpu_count() or 1
-    assert sorted(binds.values()) == sorted({str(0 % ncpu), str(1 % ncpu)})
+    assert sorted(binds.values()) == sorted(plan_binds)  # each server on its own cores (host plan)
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cache" / "compile" / "vllm")  # reused when warm
 
 
 async def test_dead_process_is_restarted_on_same_url_with_weights(stand_in: Path, tmp_path: Path) -> None:

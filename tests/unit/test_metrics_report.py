@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,14 @@ from rollbank.episodes.spans import Span, add_span
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.extras import MissingExtraError
 from rollbank.metrics.bound import Capacity
-from rollbank.metrics.report import _lanes, write_report
+from rollbank.metrics.report import (
+    _lanes,
+    fmt_cell,
+    fmt_number,
+    headline,
+    server_rows,
+    write_report,
+)
 from rollbank.metrics.summary import summarize_batch
 
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -72,3 +80,58 @@ def test_report_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
     with pytest.raises(MissingExtraError, match=r"pip install 'rollbank\[report\]'"):
         write_report(tmp_path / "r.html", title="t", trajectories=[traj(0, 0.0, 3.0)],
                      events=[], batches=[], config={})
+
+
+def test_lanes_follow_start_order_whatever_the_input_order() -> None:
+    # input not sorted by start: packing must still never put overlapping intervals together
+    ivs = [(2.0, 4.0, None), (0.0, 3.0, None), (3.5, 5.0, None)]
+    lanes = _lanes(ivs)
+    for i, (a, b, _) in enumerate(ivs):
+        for j, (c, d, _) in enumerate(ivs):
+            if i < j and a < d and c < b:
+                assert lanes[i] != lanes[j]
+    assert lanes == [1, 0, 0]
+
+
+def test_concurrent_requests_on_one_server_get_their_own_sub_lanes() -> None:
+    spans = [Span("inference", 0.0, 2.0, "a", server="s0"), Span("inference", 1.0, 3.0, "b", server="s0"),
+             Span("inference", 2.5, 4.0, "c", server="s0"), Span("inference", 0.0, 1.0, "d", server="s1")]
+    servers, placed = server_rows(spans)
+    assert servers == ["s0", "s1"]
+    pos = {s.trajectory_id: (y, h) for s, y, h in placed}
+    assert pos["a"][0] != pos["b"][0]  # overlapping: stacked, not drawn on top of each other
+    assert pos["c"][0] == pos["a"][0]  # a ended before c started: lane reused
+    for s, y, h in placed:  # every bar stays inside its server's band
+        band = servers.index(s.server or "?")
+        assert band - 0.5 <= y - h / 2 and y + h / 2 <= band + 0.5
+    assert pos["d"][1] > pos["a"][1]  # a server with one lane gets a full-height bar
+
+
+def test_numbers_are_formatted_for_people() -> None:
+    assert fmt_number(0.123456789012345) == "0.123"
+    assert fmt_number(95.123456789) == "95.1"
+    assert fmt_number(1234.5678) == "1235"
+    assert fmt_number(3.0) == "3"
+    assert fmt_cell({"x": 0.333333333333333, "n": 2}) == "{&quot;n&quot;: 2, &quot;x&quot;: 0.333}"
+    assert fmt_cell(None) == "-"
+
+
+@needs_matplotlib
+def test_report_has_a_headline_and_no_long_floats(tmp_path: Path) -> None:
+    trajs = [traj(i, 0.37 * i, 0.37 * i + 3.1234567) for i in range(6)]
+    trajs[0].outcome = EpisodeOutcome.of(Reason.VERIFIED_PASS, reward=1.0)
+    cap = Capacity(10, 40, 100, 400, sandbox_slots=4)
+    s = summarize_batch(0, trajs, t_start=0.0, t_end=5.123456789, seen=trajs, capacity=cap,
+                        servers=["s0", "s1"], extra={"zero_variance_groups": 2})
+    rows = dict(headline([s.to_dict()], trajs, setup_s=61.23456))
+    assert rows["time to batch"] == "#0 5.12 s; set-up before the clock 61.2 s"
+    assert "bound by" in rows["efficiency T_LB / T"]
+    assert rows["outcomes"] == "model_failure 5 (83%), model_success 1 (17%)"
+    assert rows["learning signal"] == "1/3 groups with reward variance (33%); 2 zero-variance"
+    assert "inference" in rows["where time went"] and "verify" in rows["where time went"]
+    path = write_report(tmp_path / "r.html", title="t", trajectories=trajs, events=[],
+                        batches=[s.to_dict()], setup_s=61.2)
+    page = path.read_text()
+    assert page.index("class='headline'") < page.index("<h2>Batches</h2>")
+    text_part = page.split("<h2>Timeline")[0]
+    assert not re.search(r"\d\.\d{6,}", text_part)  # no 15-digit reprs anywhere in the tables

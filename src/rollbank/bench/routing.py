@@ -95,8 +95,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         run_arm,
     )
     from rollbank.clock import MonotonicClock
+    from rollbank.inference.config import ServerConfig
     from rollbank.inference.protocol import GenerateRequest, InferenceClient, SamplingParams
-    from rollbank.inference.server import ManagedServers, ServerConfig
+    from rollbank.inference.server import ManagedServers
     from rollbank.routing import CacheAwareRouter, RouterConfig, make_router
 
     defaults = RouterConfig()

@@ -4,7 +4,8 @@
 - :mod:`.fake` — in-memory server/client/tokenizer with a simulated prefix cache (unit tests).
 - :mod:`.vllm_client` — the real client (vLLM OpenAI server, token ids in and out).
 - :mod:`.sglang_client` — SGLang native API, checked only against a recorded contract.
-- :mod:`.server` — ``ServerConfig`` and ``ManagedServers`` (start, supervise, restart, stop).
+- :mod:`.config` — ``ServerConfig``; :mod:`.server` — ``ManagedServers`` (start, supervise,
+  restart, stop).
 - :mod:`.models` / :mod:`.tokenizer` — ``ensure_model`` ("tiny", "gemma-3-270m", folder)
   and ``load_tokenizer``.
 - :mod:`.publish` — ``WeightPublisher``: checkpoint hot-load in the safe order.

@@ -1,6 +1,6 @@
 """Managed vLLM server processes: start N, wait healthy, supervise, restart, stop cleanly.
 
-Owns :class:`ServerConfig` and :class:`ManagedServers` (an async context manager).
+Owns :class:`ManagedServers` (configured by :class:`~rollbank.inference.config.ServerConfig`) (an async context manager).
 
 Invariants
 - Every server runs in its own process group (``start_new_session``) with
@@ -18,6 +18,9 @@ Invariants
   subtype (connection lost, or HTTP 500 from a dead engine) — the episode layer records an
   infrastructure failure and may re-run them.
 - Child processes get ``HF_HUB_OFFLINE=1``: nothing is downloaded from a model hub.
+- ``"auto"`` dtype, server count and threads are resolved once, in the constructor, from the
+  host's CPU flags, cores and memory (:mod:`rollbank.inference.host`); ``.plan`` says what was
+  chosen and why. Compile caches live under ``cache_dir()/compile`` so a warm start reuses them.
 """
 
 from __future__ import annotations
@@ -31,60 +34,17 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from pydantic import Field
-
-from rollbank.config import Section, cache_dir
+from rollbank.config import cache_dir
 from rollbank.errors import InferenceError
+from rollbank.inference.config import ServerConfig
+from rollbank.inference.host import HostFacts
 from rollbank.inference.models import OFFLINE_ENV, ensure_model
 from rollbank.inference.vllm_client import VLLMClient
-
-
-class ServerConfig(Section):
-    """How to run the managed vLLM servers."""
-
-    model: str = Field(default="tiny", description="'tiny', 'gemma-3-270m', or a local HF model folder")
-    num_servers: int = Field(default=1, ge=1, le=64, description="number of vLLM server processes")
-    host: str = Field(default="127.0.0.1", description="address the servers bind to")
-    port: int | None = Field(
-        default=None, ge=1, le=65535, description="port of server 0 (server i gets port+i); None: free ports"
-    )
-    max_model_len: int = Field(default=2048, ge=64, description="--max-model-len (prompt + generation)")
-    max_logprobs: int = Field(default=20, ge=1, description="--max-logprobs")
-    kv_cache_gib: float = Field(default=2.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE per server (GiB)")
-    seed: int = Field(default=0, description="--seed of every server (never sent per request: it kills vLLM CPU 0.32)")
-    dtype: str | None = Field(default=None, description="--dtype; None: the model config's dtype")
-    block_size: int | None = Field(
-        default=None, ge=1, description="--block-size (KV/prefix-cache block); None: vLLM's default (128 on CPU)"
-    )
-    enable_lora: bool = Field(default=False, description="start with --enable-lora (runtime LoRA loading)")
-    max_lora_rank: int = Field(default=8, ge=1, description="--max-lora-rank when LoRA is enabled")
-    max_loras: int = Field(default=2, ge=1, description="--max-loras when LoRA is enabled")
-    omp_passive: bool = Field(
-        default=True,
-        description="KMP_BLOCKTIME=0 and OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep instead of "
-        "spinning after each kernel (measured here: -18% CPU for the same requests on a host "
-        "shared with sandboxes and verifiers)",
-    )
-    omp_threads_bind: list[str] | None = Field(
-        default=None,
-        description="VLLM_CPU_OMP_THREADS_BIND per server; None: one server uses all cores, "
-        "several servers get core i % cores each",
-    )
-    startup_timeout_s: float = Field(
-        default=1200.0, gt=0, description="max wait for a server to turn healthy (cold compile on a busy CPU takes minutes)"
-    )
-    health_interval_s: float = Field(default=2.0, gt=0, description="supervisor check period")
-    unhealthy_after: int = Field(default=3, ge=1, description="consecutive failed health checks that mean dead")
-    max_restarts: int = Field(default=3, ge=0, description="restarts per server before giving up")
-    stop_timeout_s: float = Field(default=15.0, gt=0, description="SIGTERM grace before SIGKILL on stop")
-    run_dir: Path | None = Field(default=None, description="where server logs go; None: cache_dir()/runs/serve-<time>")
-    extra_args: list[str] = Field(default_factory=list, description="extra vLLM command-line flags")
-    python: str | None = Field(default=None, description="python running vLLM; None: this interpreter")
-
 
 # Process groups still alive, killed at interpreter exit whatever happened.
 _LIVE_GROUPS: set[int] = set()
@@ -129,8 +89,13 @@ class ServerState:
 class ManagedServers:
     """Start ``config.num_servers`` vLLM servers; ``.clients`` / ``.urls`` once entered."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(
+        self, config: ServerConfig, *, host: HostFacts | None = None,
+        on_ready: Callable[[int, float], None] | None = None,
+    ) -> None:
         self.config = config
+        self.on_ready = on_ready  # called with (server index, seconds to healthy) at each start
+        self.plan = config.plan(host)  # "auto" dtype / servers / threads resolved for this host
         self.model_dir: Path | None = None
         self.run_dir = config.run_dir or cache_dir() / "runs" / time.strftime("serve-%Y%m%d-%H%M%S")
         self.servers: list[ServerState] = []
@@ -149,9 +114,8 @@ class ManagedServers:
         cfg = self.config
         self.model_dir = await asyncio.to_thread(ensure_model, cfg.model)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        ports = [cfg.port + i for i in range(cfg.num_servers)] if cfg.port else [
-            free_port(cfg.host) for _ in range(cfg.num_servers)
-        ]
+        n = self.plan.num_servers
+        ports = [cfg.port + i for i in range(n)] if cfg.port else [free_port(cfg.host) for _ in range(n)]
         self.servers = [
             ServerState(i, p, self.run_dir / f"server-{i}.log") for i, p in enumerate(ports)
         ]
@@ -194,27 +158,39 @@ class ManagedServers:
             "--enable-prompt-tokens-details",
             "--enable-scale-out",  # /inference/v1/generate: per-token weight versions from the engine
         ]  # fmt: skip
-        if cfg.dtype:
-            cmd += ["--dtype", cfg.dtype]
+        cmd += self._host_args()
         if cfg.block_size:
             cmd += ["--block-size", str(cfg.block_size)]
         if cfg.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank), "--max-loras", str(cfg.max_loras)]
         return cmd + list(cfg.extra_args)
 
+    def _host_args(self) -> list[str]:
+        """dtype (resolved for this host) and compilation flags."""
+        args = ["--dtype", self.plan.dtype] if self.plan.dtype else []
+        if self.config.compile == "eager":
+            args.append("--enforce-eager")
+        return args
+
+    def _host_env(self, s: ServerState) -> dict[str, str]:
+        """Threads, core binding and compile caches for server ``s``."""
+        cfg = self.config
+        if cfg.omp_threads_bind is not None:
+            bind = cfg.omp_threads_bind[s.index % len(cfg.omp_threads_bind)]
+        else:
+            bind = self.plan.binds[s.index % len(self.plan.binds)]
+        env = {"VLLM_CPU_OMP_THREADS_BIND": bind}
+        if cfg.compile_cache:
+            root = cfg.compile_cache_dir or cache_dir() / "compile"
+            env.update(VLLM_CACHE_ROOT=str(root / "vllm"), TORCHINDUCTOR_CACHE_DIR=str(root / "inductor"))
+        return env
+
     def environment(self, s: ServerState) -> dict[str, str]:
         cfg = self.config
         env = dict(os.environ)
         env.update(OFFLINE_ENV)
-        ncpu = os.cpu_count() or 1
-        if cfg.omp_threads_bind is not None:
-            bind = cfg.omp_threads_bind[s.index % len(cfg.omp_threads_bind)]
-        elif cfg.num_servers == 1:
-            bind = f"0-{ncpu - 1}" if ncpu > 1 else "0"
-        else:
-            bind = str(s.index % ncpu)
+        env.update(self._host_env(s))
         env.update(
-            VLLM_CPU_OMP_THREADS_BIND=bind,
             VLLM_CPU_KVCACHE_SPACE=f"{cfg.kv_cache_gib:g}",
             VLLM_SERVER_DEV_MODE="1",
             VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
@@ -264,6 +240,8 @@ class ManagedServers:
         s.failed_checks = 0
         s.dead_reason = None
         self.events.append({"event": "healthy", "server": s.index, "startup_s": s.startup_s[-1]})
+        if self.on_ready is not None:
+            self.on_ready(s.index, s.startup_s[-1])
 
     async def _stop(self, s: ServerState) -> None:
         proc = s.process

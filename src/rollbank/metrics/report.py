@@ -1,6 +1,12 @@
-"""The HTML report of a collection: per-batch table and plots embedded as PNG.
+"""The HTML report of a collection: a headline block, per-batch tables and plots embedded as PNG.
 
-Plots: a timeline of trajectories per inference server (inference spans) and per sandbox lane
+The headline (top of the page) says how long each batch took, its efficiency T_LB / T and the
+binding term of the bound, the outcomes and the share of groups with reward variance, and where
+the time went (sandbox set-up, inference, tools, verify, other; server busy share). Numbers are
+shown with 3 significant digits (:func:`fmt_number`), also inside nested table cells.
+
+Plots: a timeline of requests per inference server (requests in flight at once are stacked in
+sub-lanes of the server's band) and per sandbox lane
 (episode phases: set-up, tool, waiting on inference, verify), the CDF of trajectory durations,
 and the ready-bank fill curve (groups ready vs groups handed over, batch boundaries marked).
 Inputs are the records a run leaves behind (trajectories with spans, the JSONL events, batch
@@ -24,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rollbank.episodes.spans import spans_of
+from rollbank.episodes.spans import Span, spans_of
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.extras import require
 
@@ -55,36 +61,53 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _lanes(intervals: Sequence[tuple[float, float, Trajectory]]) -> list[int]:
-    """Greedy interval packing: lane index per interval (a lane = one sandbox slot in use)."""
+def _lanes(intervals: Sequence[tuple[float, float, Any]]) -> list[int]:
+    """Greedy interval packing: lane index per interval, in input order (intervals that
+    overlap never share a lane; a lane is reused once its last interval ended)."""
     ends: list[float] = []
-    out: list[int] = []
-    for a, b, _ in intervals:
+    out = [0] * len(intervals)
+    for k in sorted(range(len(intervals)), key=lambda k: (intervals[k][0], intervals[k][1])):
+        a, b, _ = intervals[k]
         for i, e in enumerate(ends):
             if e <= a:
                 ends[i] = b
-                out.append(i)
+                out[k] = i
                 break
         else:
             ends.append(b)
-            out.append(len(ends) - 1)
+            out[k] = len(ends) - 1
     return out
+
+
+def server_rows(spans: Sequence[Span]) -> tuple[list[str], list[tuple[Span, float, float]]]:
+    """Each server gets a band of sub-lanes (one per request in flight at once); returns the
+    server names and, per span, its y position and bar height (bands are 1 tall)."""
+    servers = sorted({s.server or "?" for s in spans})
+    placed: list[tuple[Span, float, float]] = []
+    for y, name in enumerate(servers):
+        mine = [s for s in spans if (s.server or "?") == name]
+        lanes = _lanes([(s.start, s.end, s) for s in mine])
+        n = max(lanes, default=0) + 1
+        h = 0.9 / n
+        for s, lane in zip(mine, lanes, strict=True):
+            placed.append((s, y - 0.45 + (lane + 0.5) * h, h * 0.9))
+    return servers, placed
 
 
 def server_timeline(trajs: Sequence[Trajectory], t0: float) -> str:
     spans = [s for t in trajs for s in spans_of(t, "inference")]
-    servers = sorted({s.server or "?" for s in spans})
-    fig, ax = plt.subplots(figsize=(11, 0.6 + 0.5 * max(len(servers), 1)))
+    servers, placed = server_rows(spans)
+    fig, ax = plt.subplots(figsize=(11, 0.8 + 0.9 * max(len(servers), 1)))
     ids = sorted({s.trajectory_id for s in spans})
     cmap = plt.get_cmap("tab20")
     colour = {tid: cmap(i % 20) for i, tid in enumerate(ids)}
-    for s in spans:
-        y = servers.index(s.server or "?")
-        ax.barh(y, s.duration, left=s.start - t0, height=0.8, color=colour[s.trajectory_id],
+    for s, y, h in placed:
+        ax.barh(y, s.duration, left=s.start - t0, height=h, color=colour[s.trajectory_id],
                 edgecolor="none")
     ax.set_yticks(range(len(servers)), servers)
     ax.set_xlabel("seconds since first launch")
-    ax.set_title("inference requests per server (colour = trajectory)")
+    ax.set_title("inference requests per server (one sub-lane per concurrent request; "
+                 "colour = trajectory)")
     return _png(fig)
 
 
@@ -147,16 +170,42 @@ def bank_fill(events: Sequence[dict[str, Any]], t0: float) -> str:
     return _png(fig)
 
 
-def _table(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> str:
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.3f}"
-        if isinstance(v, dict):
-            return html.escape(json.dumps(v, sort_keys=True, default=str))
-        return html.escape(str(v))
+def fmt_number(v: float) -> str:
+    """A float for people: 3 significant digits below 100, no decimals above (no 15-digit
+    reprs); integers stay integers."""
+    if v != v or v in (float("inf"), float("-inf")):
+        return str(v)
+    if v == int(v) and abs(v) >= 100:
+        return f"{int(v)}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.3g}"
 
+
+def _short(v: Any) -> Any:
+    """Floats inside nested containers rounded to 3 significant digits for display."""
+    if isinstance(v, float):
+        return float(f"{v:.3g}") if abs(v) < 100 else round(v)
+    if isinstance(v, dict):
+        return {k: _short(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_short(x) for x in v]
+    return v
+
+
+def fmt_cell(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return html.escape(str(v) if v is not None else "-")
+    if isinstance(v, float):
+        return fmt_number(v)
+    if isinstance(v, dict | list | tuple):
+        return html.escape(json.dumps(_short(v), sort_keys=True, default=str))
+    return html.escape(str(v))
+
+
+def _table(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{fmt(r.get(c))}</td>" for c in cols) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{fmt_cell(r.get(c))}</td>" for c in cols) + "</tr>"
                    for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
@@ -164,6 +213,65 @@ def _table(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> str:
 BATCH_COLUMNS = ("batch_index", "n_groups", "n_trajectories", "time_to_batch_s", "tail_share",
                  "tokens_per_s", "inference_busy_s", "inference_idle_env_s", "sandbox_held_util",
                  "prefix_cache_hit_rate", "efficiency", "outcomes")
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole > 0 else "-"
+
+
+def headline(batches: Sequence[dict[str, Any]], trajectories: Sequence[Trajectory],
+             setup_s: float | None = None) -> list[tuple[str, str]]:
+    """The top-of-report block: (label, text) rows for time to batch, efficiency and its
+    binding term, outcomes and learning signal, and where the time went."""
+    rows: list[tuple[str, str]] = []
+    if batches:
+        ttb = ", ".join(f"#{b.get('batch_index')} {fmt_number(float(b.get('time_to_batch_s', 0.0)))} s"
+                        for b in batches[:6])
+        more = f" (+{len(batches) - 6} more)" if len(batches) > 6 else ""
+        setup = f"; set-up before the clock {fmt_number(setup_s)} s" if setup_s is not None else ""
+        rows.append(("time to batch", ttb + more + setup))
+        effs = []
+        for b in batches[:6]:
+            lb = b.get("lower_bound") or {}
+            if b.get("efficiency") is None:
+                effs.append(f"#{b.get('batch_index')} - (servers not calibrated)")
+            else:
+                effs.append(f"#{b.get('batch_index')} {b['efficiency']:.2f}, bound by "
+                            f"{lb.get('binding_term', '?')} (T_LB {fmt_number(float(lb.get('t_lb_s', 0.0)))} s)")
+        rows.append(("efficiency T_LB / T", "; ".join(effs)))
+        outcomes: dict[str, int] = {}
+        groups = zero = 0
+        for b in batches:
+            for k, n in (b.get("outcomes") or {}).items():
+                outcomes[k] = outcomes.get(k, 0) + int(n)
+            groups += int(b.get("n_groups", 0))
+            zero += int((b.get("extra") or {}).get("zero_variance_groups", 0))
+        total = sum(outcomes.values())
+        rows.append(("outcomes", ", ".join(f"{k} {n} ({_pct(n, total)})" for k, n in sorted(outcomes.items()))
+                     or "-"))
+        if groups and any("zero_variance_groups" in (b.get("extra") or {}) for b in batches):
+            rows.append(("learning signal", f"{groups - zero}/{groups} groups with reward variance "
+                                            f"({_pct(groups - zero, groups)}); {zero} zero-variance"))
+    if trajectories:
+        held = sum(t.duration_s for t in trajectories)
+        by_kind = {k: sum(s.duration for t in trajectories for s in spans_of(t, k))
+                   for k in ("sandbox_setup", "inference", "exec", "verify")}
+        rest = max(held - sum(by_kind.values()), 0.0)
+        parts = [f"{k} {fmt_number(v)} s ({_pct(v, held)})" for k, v in by_kind.items()]
+        rows.append(("where time went", f"{len(trajectories)} trajectories, {fmt_number(held)} s in sandboxes: "
+                     + ", ".join(parts) + f", other {fmt_number(rest)} s ({_pct(rest, held)})"))
+    if batches:
+        busy = sum(float(b.get("inference_busy_s", 0.0)) for b in batches)
+        span = sum(float(b.get("time_to_batch_s", 0.0)) * int(b.get("num_servers", 1) or 1) for b in batches)
+        idle_env = sum(float(b.get("inference_idle_env_s", 0.0)) for b in batches)
+        rows.append(("servers", f"busy {_pct(busy, span)} of server time; idle while episodes were in "
+                                f"environments {fmt_number(idle_env)} s"))
+    return rows
+
+
+def _headline_html(rows: Sequence[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f"<table class='headline'>{body}</table>"
 
 
 def write_report(
@@ -175,6 +283,7 @@ def write_report(
     batches: Sequence[dict[str, Any]],
     config: dict[str, Any] | None = None,
     notes: Sequence[str] = (),
+    setup_s: float | None = None,
 ) -> Path:
     """Write the HTML report; ``batches`` are :meth:`BatchSummary.to_dict` rows."""
     t0 = min((t.launched_at for t in trajectories), default=0.0)
@@ -187,6 +296,7 @@ def write_report(
     lb_rows = [{"batch_index": b["batch_index"], **b.get("lower_bound", {})} for b in batches]
     parts = [
         f"<h1>{html.escape(title)}</h1>",
+        _headline_html(headline(batches, trajectories, setup_s)),
         *(f"<p>{html.escape(n)}</p>" for n in notes),
         "<h2>Batches</h2>", _table(batches, BATCH_COLUMNS),
         "<h2>Lower bound T_LB per batch</h2>",
@@ -199,7 +309,8 @@ def write_report(
         parts += ["<h2>Resolved configuration</h2>",
                   f"<pre>{html.escape(json.dumps(config, indent=2, sort_keys=True, default=str))}</pre>"]
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}img{max-width:100%}")
+             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}img{max-width:100%}"
+             ".headline th{text-align:left;background:#f4f4f4}.headline td{font-size:14px}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>"
                     f"{html.escape(title)}</title><style>{style}</style></head><body>"

@@ -1,0 +1,72 @@
+"""Plain progress lines when stderr is not a terminal, and the end-of-run summary."""
+
+from __future__ import annotations
+
+import io
+
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.metrics.progress import PlainProgress, progress_sink, run_summary_lines, wants_live
+from rollbank.scheduling.events import AttemptFinished, BatchEvent, EventKind, GroupEvent
+
+
+class TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def finished(t: float, reason: Reason) -> AttemptFinished:
+    return AttemptFinished(kind=EventKind.FINISHED, t=t, attempt_id="g0/s0/r0", group_id="g0",
+                           task_id="hello", slot=0, retry=0, seq=0,
+                           outcome=EpisodeOutcome.of(reason, reward=1.0 if reason is Reason.VERIFIED_PASS else 0.0),
+                           duration_s=1.0, model_tokens=5, total_tokens=50)
+
+
+def test_non_tty_stream_gets_plain_progress_and_tty_gets_none_of_it() -> None:
+    plain = io.StringIO()
+    assert not plain.isatty()
+    sink = progress_sink("auto", total_batches=1, groups_per_batch=2, stream=plain)
+    assert isinstance(sink, PlainProgress)
+    assert progress_sink("off", total_batches=1, groups_per_batch=2, stream=plain) is None
+    assert wants_live("auto", TTY()) and not wants_live("auto", plain) and wants_live("on", plain)
+
+
+def test_plain_lines_for_groups_batches_and_heartbeat() -> None:
+    out = io.StringIO()
+    wall = [0.0]
+    p = PlainProgress(total_batches=1, groups_per_batch=2, stream=out, heartbeat_s=30.0,
+                      wall=lambda: wall[0])
+    p.server_ready(0, 123.4)
+    p.emit(finished(10.0, Reason.VERIFIED_PASS))  # within the heartbeat period: silent
+    wall[0] = 31.0
+    p.emit(finished(12.0, Reason.VERIFIED_FAIL))
+    for k, zero in enumerate((False, True)):
+        p.emit(GroupEvent(kind=EventKind.GROUP_READY, t=20.0 + k, group_id=f"g{k}", task_id="hello",
+                          seq=k, size=4, valid=4, zero_variance=zero))
+    p.emit(BatchEvent(kind=EventKind.BATCH_READY, t=25.0, batch_index=0, groups=2, trajectories=8,
+                      window_start=10.0))
+    p.batch_written(0, "/tmp/out/batches/batch-000000", 15.2)
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "[rollbank] server 0 ready in 123 s",
+        "[rollbank] attempts finished 2 (model_failure 1, model_success 1) t=2s",
+        "[rollbank] batch 1/1: groups 1/2 (task hello, 4/4 valid, reward variance) t=10s",
+        "[rollbank] batch 1/1: groups 2/2 (task hello, 4/4 valid, zero variance) t=11s",
+        "[rollbank] batch 0 ready: 2 groups, 8 trajectories t=15s",
+        "[rollbank] batch 0 written to /tmp/out/batches/batch-000000 (time to batch 15 s)",
+    ]
+
+
+def test_run_summary_fits_one_screen_and_reports_learning_signal() -> None:
+    batch = {"batch_index": 0, "n_groups": 4, "n_trajectories": 16, "time_to_batch_s": 95.123456789,
+             "efficiency": 0.41234567, "tokens_per_s": 55.55555,
+             "lower_bound": {"binding_term": "inference_work", "t_lb_s": 39.2},
+             "outcomes": {"model_success": 5, "model_failure": 11},
+             "extra": {"zero_variance_groups": 1, "zero_variance_share": 0.25}}
+    lines = run_summary_lines([batch], out_dir="/tmp/run", setup_s=61.7, collection_s=95.1,
+                              attempts=18, ledger={"launched": 18, "consumed": 16, "waste": 2})
+    text = "\n".join(lines)
+    assert len(lines) <= 24 and max(map(len, lines)) <= 120
+    assert "time to batch 95 s, efficiency 0.41 (bound by inference_work), 55.6 tok/s" in text
+    assert "3/4 groups with reward variance (75%); 1 zero-variance" in text
+    assert "outcomes: model_failure 11, model_success 5" in text
+    assert "set-up 62 s" in text and "/tmp/run/report.html" in text
