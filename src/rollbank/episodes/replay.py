@@ -80,6 +80,7 @@ def episode_record(traj: Trajectory, task: Task, meta: Mapping[str, Any]) -> dic
         "workdir": meta.get("workdir"),
         "runner": meta.get("runner", {}),
         "steps": [s.to_dict() for s in traj.steps],
+        "task_steps": [s.to_dict() for s in traj.task_steps],
         "outcome": traj.outcome.to_dict() if traj.outcome else None,
         "timings": {
             "launched_at": traj.launched_at, "started_at": traj.started_at,

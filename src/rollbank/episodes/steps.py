@@ -1,0 +1,148 @@
+"""Multi-step (Harbor schema 1.1 ``[[steps]]``) episodes: steps in order, each one verified.
+
+Owns: the runner's multi-step path (:meth:`EpisodeRunner._episode` calls :func:`run_steps`
+for a task with ``steps``). One sandbox and ONE conversation for all steps, as in a Harbor
+trial. For step ``i`` (its single-step view ``task.for_step(i)``):
+
+1. the step's setup hook (``workdir/`` merged into the working directory, ``setup.sh`` run
+   there; :func:`~rollbank.episodes.validate_steps.setup_step`, as ``tasks validate`` does);
+2. the model gets the step's instruction: the harness's first prompt for step 0, its
+   ``step_prompt`` appended to the same conversation after that (turn indices continue);
+3. the agent's turns (the runner's own loop, ``max_turns`` and the step's agent timeout per
+   step; with ``runner.episode_budget_s`` set that budget covers the whole episode);
+4. the step is verified and attributed by the runner's single-step path (``_conclude``: the
+   verifier slot, the counterfactual experiment on an error path), then ``/tests`` and
+   ``/logs/verifier`` are removed again so the next step does not see this step's tests;
+5. the trial stops after the step when its verdict is not trainable (infra / unknown: the
+   episode's outcome is that verdict), when it has no reward, when the context is full, or
+   when its reward misses ``min_reward`` (Harbor's early stop).
+
+The trial reward follows ``multi_step_reward_strategy`` (``validate_steps.trial_reward``:
+mean over the steps with ``contributes_to_mean``, steps never run count 0, or the final
+step's). The outcome is ``model_success`` (verified_pass) only when the trial reward is 1;
+otherwise the first step that did not pass names the reason (``verified_fail``, ``max_turns``
+...). Per-step results go to ``Trajectory.task_steps``, the outcome's evidence
+(``task_steps``, ``stopped_after``) and the episode file; the outcome's ``rewards`` are the
+step rewards by step name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rollbank.episodes.attribution import VERIFIABLE, LoopEnd
+from rollbank.episodes.conversation import Conversation
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.tools import ToolExecutor
+from rollbank.episodes.trajectory import TaskStepResult, Trajectory
+from rollbank.episodes.validate_steps import setup_step, trial_reward
+from rollbank.episodes.verifier import PASS_EPS
+from rollbank.errors import SandboxError
+from rollbank.sandbox.protocol import Sandbox
+from rollbank.tasks.model import Task, passes_min_reward
+from rollbank.tasks.shims import SHIM_DIR
+
+if TYPE_CHECKING:
+    from rollbank.episodes.attempt import AttemptSpec
+    from rollbank.episodes.runner import EpisodeRunner
+
+#: Run between steps: what the previous step's verifier left must not guide the next step.
+CLEAR_VERIFIER = f"rm -rf /tests /logs/verifier {SHIM_DIR}"
+
+
+async def run_steps(runner: EpisodeRunner, attempt: AttemptSpec, task: Task, traj: Trajectory,
+                    executor: ToolExecutor, sandbox: Sandbox,
+                    workdir: str | None) -> EpisodeOutcome:
+    """Run every step of ``task`` in order (see the module docstring); the trial's outcome."""
+    cfg = runner.config
+    conv = Conversation(runner.tokenizer, traj)
+    verify_total = 0.0
+    last: EpisodeOutcome | None = None
+    stop: str | None = None
+    where = workdir or task.workdir or "/"
+    for i, step in enumerate(task.steps):
+        view = task.for_step(i)
+        if cfg.episode_budget_s is None:  # each step has its own agent timeout
+            executor.budget_s = executor.used_s + view.agent_timeout_s
+        first = len(traj.steps)
+        end, evidence = await _prompt_and_turns(runner, attempt, view, i, step.setup_dir, traj,
+                                                executor, sandbox, conv, where)
+        if end in VERIFIABLE:
+            await executor.close()  # as the runner does: the verifier may kill leftovers
+        traj.verify_s = 0.0
+        evidence = {**evidence, "task_step": i, "task_step_name": step.name}
+        out = await runner._conclude(end, evidence, view, traj, attempt.key, sandbox)
+        verify_total += traj.verify_s
+        gate = out.reward is not None and passes_min_reward(step.min_reward, out.reward,
+                                                            out.rewards)
+        traj.task_steps.append(TaskStepResult(
+            index=i, name=step.name, reward=out.reward, rewards=dict(out.rewards),
+            outcome=out.outcome.value, reason=out.reason.value, loop_end=end.value,
+            first_turn=first, turns=len(traj.steps) - first, passed_min_reward=gate,
+            verify_s=round(traj.verify_s, 3)))
+        last = out
+        if i == len(task.steps) - 1:
+            break
+        stop = _stop_reason(out, end, gate)
+        if stop is not None:
+            break
+        with contextlib.suppress(SandboxError):  # a dead sandbox shows in the next step
+            await sandbox.exec(["/bin/sh", "-c", CLEAR_VERIFIER], timeout_s=60)
+    traj.verify_s = verify_total
+    assert last is not None  # a multi-step task has at least one step
+    return trial_outcome(task, traj.task_steps, last, stop)
+
+
+async def _prompt_and_turns(runner: EpisodeRunner, attempt: AttemptSpec, view: Task, i: int,
+                            setup_dir: Path | None, traj: Trajectory, executor: ToolExecutor,
+                            sandbox: Sandbox, conv: Conversation,
+                            workdir: str) -> tuple[LoopEnd, dict[str, Any]]:
+    """Step ``i``'s setup hook, its instruction into the conversation, then the agent's turns."""
+    if setup_dir is not None:
+        try:
+            await setup_step(sandbox, setup_dir, workdir)
+        except SandboxError as exc:
+            return LoopEnd.SANDBOX_DIED, {"turn": len(traj.steps),
+                                          "error": f"step setup: {type(exc).__name__}: {exc}"}
+    if i == 0:
+        conv.start(runner.harness.initial_prompt(view))
+    elif not runner._observe(conv, traj, runner.harness.step_prompt(view)):
+        return LoopEnd.CONTEXT, {"turn": len(traj.steps), "prompt_tokens": len(conv)}
+    return await runner._loop(attempt, view, traj, executor, sandbox, conv=conv, task_step=i)
+
+
+def _stop_reason(out: EpisodeOutcome, end: LoopEnd, gate: bool) -> str | None:
+    """Why the trial stops after this (not the last) step, or None to go on."""
+    if not out.outcome.trainable:
+        return "step_not_attributable_to_model"
+    if out.reward is None:
+        return "no_reward"
+    if end is LoopEnd.CONTEXT:
+        return "context_exhausted"
+    if not gate:
+        return "min_reward"
+    return None
+
+
+def trial_outcome(task: Task, results: list[TaskStepResult], last: EpisodeOutcome,
+                  stop: str | None) -> EpisodeOutcome:
+    """The trial's verdict from its steps' verdicts (pure; see the module docstring)."""
+    ev: dict[str, Any] = {**last.evidence, "task_steps": [r.to_dict() for r in results],
+                          "reward_strategy": task.multi_step_reward_strategy}
+    if stop is not None:
+        ev["stopped_after"] = results[-1].name
+        ev["stop_reason"] = stop
+    if not last.outcome.trainable:  # infra / unknown: the trial is not the model's doing
+        return EpisodeOutcome(last.outcome, last.reason, None, dict(last.rewards), ev)
+    rewards = {r.name: (r.reward if r.reward is not None else 0.0) for r in results}
+    reward = trial_reward(task, rewards)
+    ev["trial_reward"] = reward
+    if reward >= 1.0 - PASS_EPS:
+        return EpisodeOutcome.of(Reason.VERIFIED_PASS, reward=reward, rewards=rewards, **ev)
+    failed = next((Reason(r.reason) for r in results if r.reason != Reason.VERIFIED_PASS.value),
+                  None)
+    if failed is None:  # every step run passed, yet steps are missing
+        failed = Reason.CONTEXT_EXHAUSTED if stop == "context_exhausted" else Reason.VERIFIED_FAIL
+    return EpisodeOutcome.of(failed, reward=reward, rewards=rewards, **ev)
