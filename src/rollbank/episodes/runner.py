@@ -22,6 +22,8 @@ Invariants
 - When a recorder is set, every finished episode is written as a replayable episode file.
 - With a trace workload (``episodes/workload.py``) the plan, not ``harness.parse``, decides
   each turn's action, token count and the episode's length; everything else is unchanged.
+- A multi-step task (Harbor 1.1 ``[[steps]]``) runs its steps in order in one sandbox and one
+  conversation, each verified and attributed by the same path (``episodes/steps.py``).
 """
 
 from __future__ import annotations

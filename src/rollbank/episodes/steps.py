@@ -89,7 +89,7 @@ async def run_steps(runner: EpisodeRunner, attempt: AttemptSpec, task: Task, tra
         if stop is not None:
             break
         with contextlib.suppress(SandboxError):  # a dead sandbox shows in the next step
-            await sandbox.exec(["/bin/sh", "-c", CLEAR_VERIFIER], timeout_s=60)
+            await sandbox.exec(CLEAR_VERIFIER, timeout_s=60)
     traj.verify_s = verify_total
     assert last is not None  # a multi-step task has at least one step
     return trial_outcome(task, traj.task_steps, last, stop)
