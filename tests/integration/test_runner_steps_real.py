@@ -8,12 +8,15 @@ fenced-shell harness; the task's real verifier checks each step in the same sand
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
+from rollbank.cli.main import main
 from rollbank.clock import FakeClock
 from rollbank.episodes.config import RunnerConfig
 from rollbank.episodes.harnesses import FencedShellHarness
@@ -80,7 +83,8 @@ CREATE = "Create the file `/app/notes.txt`"
 APPEND = "Append a second line `beta`"
 
 
-async def test_oracle_commands_pass_both_steps(tmp_path: Path) -> None:
+async def test_oracle_commands_pass_both_steps(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     prompts: list[str] = []
     look = bash("cat .step2-setup; ls /tests /logs/verifier 2>&1 | head -5")
     t = await run({CREATE: [bash("echo alpha > /app/notes.txt"), "DONE\n"],
@@ -96,8 +100,14 @@ async def test_oracle_commands_pass_both_steps(tmp_path: Path) -> None:
     seen = t.steps[2].observation
     assert "ready" in seen and "check.sh" not in seen, seen
     assert [s.task_step for s in t.steps] == [0, 0, 1, 1, 1]
-    rec = load_episode(tmp_path / episode_filename(t.trajectory_id))
+    path = tmp_path / episode_filename(t.trajectory_id)
+    rec = load_episode(path)
     assert [(e.name, e.reward) for e in rec.task_steps] == [("01-create", 1.0), ("02-append", 1.0)]
+    # replay re-runs each step's turns and verifier in a fresh sandbox: same verdict
+    code = await asyncio.to_thread(main, ["replay", str(path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["outcome_replayed"]["reason"] == "verified_pass", report
+    assert report["reward_replayed"] == 1.0 and report["ok"] is True and code == 0, report
 
 
 async def test_a_failed_gated_step_stops_the_trial(tmp_path: Path) -> None:

@@ -12,15 +12,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from episode_rig import TOK, FileVerifier, make_task, rig
+from episode_rig import TOK, FileVerifier, fake_spec, make_task, rig
 
 from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.episode_file import parse_episode
+from rollbank.episodes.harnesses import FencedShellHarness
 from rollbank.episodes.outcome import Outcome, Reason
-from rollbank.episodes.replay import episode_record
+from rollbank.episodes.replay import episode_record, load_episode, replay_episode, write_episode
+from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.steps import trial_outcome
 from rollbank.inference.protocol import GenerateRequest
-from rollbank.sandbox.fake import FakeSandbox
+from rollbank.sandbox.fake import FakeBackend, FakeSandbox
+from rollbank.sandbox.pool import WarmPool
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import MinReward, Task, TaskStep
 
@@ -206,3 +209,27 @@ def test_trial_outcome_keeps_an_infra_verdict_and_drops_its_reward() -> None:
     o = trial_outcome(task, res, last, "step_not_attributable_to_model")
     assert (o.outcome, o.reason, o.reward) == (Outcome.INFRA_FAILURE, Reason.VERIFIER_TIMEOUT, None)
     assert o.evidence["stopped_after"] == "one"
+
+
+@pytest.mark.parametrize(("one", "gate", "reward"), [
+    ([SOLVE_ONE, "DONE\n"], None, 0.5),  # step two fails: mean 0.5
+    ([WRONG, "DONE\n"], 1.0, 0.0),  # early stop after step one
+])
+async def test_replay_reproduces_a_multi_step_episode(tmp_path: Path, one: list[str],
+                                                      gate: MinReward | None,
+                                                      reward: float) -> None:
+    task = two_step_task(min_reward=gate)
+    async with rig(per_step(one, [WRONG_TWO, "DONE\n"], []), task=task,
+                   verifier=StepVerifier()) as r:
+        t = await r.run()
+    path = write_episode(tmp_path / "e.json", episode_record(t, task, t.meta))
+    verifier = StepVerifier()
+    async with WarmPool(FakeBackend(files={"/app/.keep": b""})) as pool:
+        report = await replay_episode(load_episode(path), task=task,
+                                      source=WarmSource(pool, fake_spec(("layer-a",))),
+                                      verifier=verifier, harness=FencedShellHarness())
+    assert report.error is None and report.observations_match, report.to_dict()
+    assert report.reward_recorded == report.reward_replayed == reward
+    assert report.outcome_match and report.ok, report.to_dict()
+    assert verifier.seen == [ONE, TWO][: len(t.task_steps)]  # each step verified with its view
+    assert len(report.steps) == len(t.steps)

@@ -29,7 +29,8 @@ step rewards by step name.
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rollbank.episodes.attribution import VERIFIABLE, LoopEnd
@@ -52,60 +53,93 @@ if TYPE_CHECKING:
 CLEAR_VERIFIER = f"rm -rf /tests /logs/verifier {SHIM_DIR}"
 
 
-async def run_steps(runner: EpisodeRunner, attempt: AttemptSpec, task: Task, traj: Trajectory,
-                    executor: ToolExecutor, sandbox: Sandbox,
-                    workdir: str | None) -> EpisodeOutcome:
-    """Run every step of ``task`` in order (see the module docstring); the trial's outcome."""
-    cfg = runner.config
-    conv = Conversation(runner.tokenizer, traj)
-    verify_total = 0.0
+@dataclass(frozen=True)
+class StepRun:
+    """One step's agent part and verdict, as the caller (runner or replay) produced it."""
+
+    end: LoopEnd
+    outcome: EpisodeOutcome
+    first_turn: int
+    turns: int
+    verify_s: float = 0.0
+
+
+#: Runs step ``i`` (its view; the setup hook's error text, if it failed) and verifies it.
+RunStep = Callable[[int, Task, str | None], Awaitable[StepRun]]
+
+
+async def run_sequence(task: Task, sandbox: Sandbox, executor: ToolExecutor, workdir: str,
+                       run_step: RunStep, *, episode_budget_s: float | None,
+                       steps: int | None = None) -> tuple[EpisodeOutcome, list[TaskStepResult]]:
+    """The steps in order (at most ``steps``): per-step budget, setup hook, ``run_step``, the
+    early-stop rules, tests cleared between steps; the trial outcome and the step results."""
+    results: list[TaskStepResult] = []
     last: EpisodeOutcome | None = None
     stop: str | None = None
-    where = workdir or task.workdir or "/"
-    for i, step in enumerate(task.steps):
-        view = task.for_step(i)
-        if cfg.episode_budget_s is None:  # each step has its own agent timeout
+    n = len(task.steps) if steps is None else min(steps, len(task.steps))
+    for i in range(n):
+        step, view = task.steps[i], task.for_step(i)
+        if episode_budget_s is None:  # each step has its own agent timeout
             executor.budget_s = executor.used_s + view.agent_timeout_s
-        first = len(traj.steps)
-        end, evidence = await _prompt_and_turns(runner, attempt, view, i, step.setup_dir, traj,
-                                                executor, sandbox, conv, where)
-        if end in VERIFIABLE:
-            await executor.close()  # as the runner does: the verifier may kill leftovers
-        traj.verify_s = 0.0
-        evidence = {**evidence, "task_step": i, "task_step_name": step.name}
-        out = await runner._conclude(end, evidence, view, traj, attempt.key, sandbox)
-        verify_total += traj.verify_s
+        setup_error: str | None = None
+        if step.setup_dir is not None:
+            try:
+                await setup_step(sandbox, step.setup_dir, workdir)
+            except SandboxError as exc:
+                setup_error = f"step setup: {type(exc).__name__}: {exc}"
+        run = await run_step(i, view, setup_error)
+        out = last = run.outcome
         gate = out.reward is not None and passes_min_reward(step.min_reward, out.reward,
                                                             out.rewards)
-        traj.task_steps.append(TaskStepResult(
+        results.append(TaskStepResult(
             index=i, name=step.name, reward=out.reward, rewards=dict(out.rewards),
-            outcome=out.outcome.value, reason=out.reason.value, loop_end=end.value,
-            first_turn=first, turns=len(traj.steps) - first, passed_min_reward=gate,
-            verify_s=round(traj.verify_s, 3)))
-        last = out
+            outcome=out.outcome.value, reason=out.reason.value, loop_end=run.end.value,
+            first_turn=run.first_turn, turns=run.turns, passed_min_reward=gate,
+            verify_s=round(run.verify_s, 3)))
         if i == len(task.steps) - 1:
             break
-        stop = _stop_reason(out, end, gate)
+        stop = _stop_reason(out, run.end, gate)
         if stop is not None:
             break
         with contextlib.suppress(SandboxError):  # a dead sandbox shows in the next step
             await sandbox.exec(CLEAR_VERIFIER, timeout_s=60)
-    traj.verify_s = verify_total
-    assert last is not None  # a multi-step task has at least one step
-    return trial_outcome(task, traj.task_steps, last, stop)
+    if last is None:
+        raise ValueError(f"task {task.task_id}: no step to run")
+    return trial_outcome(task, results, last, stop), results
+
+
+async def run_steps(runner: EpisodeRunner, attempt: AttemptSpec, task: Task, traj: Trajectory,
+                    executor: ToolExecutor, sandbox: Sandbox,
+                    workdir: str | None) -> EpisodeOutcome:
+    """The runner's multi-step episode (see the module docstring): the trial's outcome."""
+    conv = Conversation(runner.tokenizer, traj)
+
+    async def run_step(i: int, view: Task, setup_error: str | None) -> StepRun:
+        first = len(traj.steps)
+        if setup_error is not None:
+            end, evidence = LoopEnd.SANDBOX_DIED, {"turn": first, "error": setup_error}
+        else:
+            end, evidence = await _prompt_and_turns(runner, attempt, view, i, traj, executor,
+                                                    sandbox, conv)
+        if end in VERIFIABLE:
+            await executor.close()  # as the runner does: the verifier may kill leftovers
+        traj.verify_s = 0.0
+        evidence = {**evidence, "task_step": i, "task_step_name": task.steps[i].name}
+        out = await runner._conclude(end, evidence, view, traj, attempt.key, sandbox)
+        return StepRun(end, out, first, len(traj.steps) - first, traj.verify_s)
+
+    outcome, results = await run_sequence(
+        task, sandbox, executor, workdir or task.workdir or "/", run_step,
+        episode_budget_s=runner.config.episode_budget_s)
+    traj.task_steps = results
+    traj.verify_s = sum(r.verify_s for r in results)
+    return outcome
 
 
 async def _prompt_and_turns(runner: EpisodeRunner, attempt: AttemptSpec, view: Task, i: int,
-                            setup_dir: Path | None, traj: Trajectory, executor: ToolExecutor,
-                            sandbox: Sandbox, conv: Conversation,
-                            workdir: str) -> tuple[LoopEnd, dict[str, Any]]:
-    """Step ``i``'s setup hook, its instruction into the conversation, then the agent's turns."""
-    if setup_dir is not None:
-        try:
-            await setup_step(sandbox, setup_dir, workdir)
-        except SandboxError as exc:
-            return LoopEnd.SANDBOX_DIED, {"turn": len(traj.steps),
-                                          "error": f"step setup: {type(exc).__name__}: {exc}"}
+                            traj: Trajectory, executor: ToolExecutor, sandbox: Sandbox,
+                            conv: Conversation) -> tuple[LoopEnd, dict[str, Any]]:
+    """Step ``i``'s instruction into the conversation, then the agent's turns."""
     if i == 0:
         conv.start(runner.harness.initial_prompt(view))
     elif not runner._observe(conv, traj, runner.harness.step_prompt(view)):
