@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from episode_rig import TOK, FileVerifier, fake_spec, make_task, rig
 
+from rollbank.clock import FakeClock
 from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.episode_file import parse_episode
 from rollbank.episodes.harnesses import FencedShellHarness
@@ -21,6 +22,7 @@ from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.replay import episode_record, load_episode, replay_episode, write_episode
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.steps import trial_outcome
+from rollbank.episodes.workload import TraceWorkload, WorkloadConfig
 from rollbank.inference.protocol import GenerateRequest
 from rollbank.sandbox.fake import FakeBackend, FakeSandbox
 from rollbank.sandbox.pool import WarmPool
@@ -233,3 +235,20 @@ async def test_replay_reproduces_a_multi_step_episode(tmp_path: Path, one: list[
     assert report.outcome_match and report.ok, report.to_dict()
     assert verifier.seen == [ONE, TWO][: len(t.task_steps)]  # each step verified with its view
     assert len(report.steps) == len(t.steps)
+
+
+async def test_a_trace_workload_plans_each_step_and_replays_them_on_an_error_path() -> None:
+    clock = FakeClock()
+    w = TraceWorkload(WorkloadConfig(kind="trace", turns_median=3, turns_task_sigma=0,
+                                     turns_attempt_sigma=0, tool_latency_median_s=1.0))
+    verifier = StepVerifier(crash_on=TWO)  # step two's verifier fails: the experiment runs
+    async with rig(lambda req: "x", backend=FakeBackend(clock, files={"/app/.keep": b""}),
+                   workload=w, task=two_step_task(), verifier=verifier) as r:
+        t = await r.run()
+    plan = w.plan("hello", t.seed)
+    assert [s.task_step for s in t.steps] == [0] * len(plan.turns) + [1] * len(plan.turns)
+    assert [s.action for s in t.steps] == [f"sleep {p.tool_s:.3f}" for p in plan.turns] * 2
+    o = t.outcome
+    assert o is not None
+    assert o.reason is Reason.VERIFIER_CRASH, o.to_dict()  # was host_error: IndexError
+    assert verifier.seen == [ONE, TWO, TWO]  # the pristine fork replayed the plan and verified

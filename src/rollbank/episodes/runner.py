@@ -58,7 +58,7 @@ from rollbank.episodes.limiter import PriorityLimiter
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.spans import Span, add_span
-from rollbank.episodes.steps import run_steps
+from rollbank.episodes.steps import run_steps, turn_in_step
 from rollbank.episodes.tools import ToolExecutor
 from rollbank.episodes.trajectory import StepRecord, Trajectory
 from rollbank.episodes.workload import EpisodePlan, TraceWorkload
@@ -324,9 +324,9 @@ class EpisodeRunner:
     def _replay_spec(self, task: Task, traj: Trajectory) -> ReplaySpec:
         """The model's actions (each turn's text parsed again, or the plan's) and limits."""
         plan = self.workload.plan(task.task_id, traj.seed) if self.workload is not None else None
-        steps = tuple(
-            (self.harness.parse(s.model_text) if plan is None else plan.action(s.index)).commands
-            for s in traj.steps)
+        steps = tuple(  # a trace plan restarts at each step of a multi-step task
+            (self.harness.parse(s.model_text) if plan is None else plan.action(k)).commands
+            for s, k in zip(traj.steps, turn_in_step(traj.steps), strict=True))
         workdir = traj.meta.get("workdir")
         return ReplaySpec(steps, step_timeout_s=self.config.step_timeout_s,
                           use_shell=self.config.use_shell,

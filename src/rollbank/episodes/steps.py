@@ -29,7 +29,7 @@ step rewards by step name.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ from rollbank.episodes.attribution import VERIFIABLE, LoopEnd
 from rollbank.episodes.conversation import Conversation
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.tools import ToolExecutor
-from rollbank.episodes.trajectory import TaskStepResult, Trajectory
+from rollbank.episodes.trajectory import StepRecord, TaskStepResult, Trajectory
 from rollbank.episodes.validate_steps import setup_step, trial_reward
 from rollbank.episodes.verifier import PASS_EPS
 from rollbank.errors import SandboxError
@@ -145,6 +145,12 @@ async def _prompt_and_turns(runner: EpisodeRunner, attempt: AttemptSpec, view: T
     elif not runner._observe(conv, traj, runner.harness.step_prompt(view)):
         return LoopEnd.CONTEXT, {"turn": len(traj.steps), "prompt_tokens": len(conv)}
     return await runner._loop(attempt, view, traj, executor, sandbox, conv=conv, task_step=i)
+
+
+def turn_in_step(turns: Sequence[StepRecord]) -> list[int]:
+    """Each turn's index within its task step (a trace plan restarts at every step)."""
+    firsts: dict[int | None, int] = {}
+    return [t.index - firsts.setdefault(t.task_step, t.index) for t in turns]
 
 
 def _stop_reason(out: EpisodeOutcome, end: LoopEnd, gate: bool) -> str | None:
