@@ -252,3 +252,18 @@ async def test_a_trace_workload_plans_each_step_and_replays_them_on_an_error_pat
     assert o is not None
     assert o.reason is Reason.VERIFIER_CRASH, o.to_dict()  # was host_error: IndexError
     assert verifier.seen == [ONE, TWO, TWO]  # the pristine fork replayed the plan and verified
+
+
+async def test_each_step_gets_its_own_agent_timeout() -> None:
+    clock = FakeClock()
+    task = two_step_task()
+    task = dataclasses.replace(task, steps=tuple(
+        dataclasses.replace(s, agent_timeout_s=3.0) for s in task.steps))
+    slow = "```bash\nsleep 5\n```\n"  # uses up step one's 3 s
+    async with rig(per_step([slow, "DONE\n"], [SOLVE_TWO, "DONE\n"], []),
+                   backend=FakeBackend(clock, files={"/app/.keep": b""}), task=task,
+                   verifier=StepVerifier()) as r:
+        t = await r.run()
+    assert [(s.loop_end, s.reason, s.reward) for s in t.task_steps] == [
+        ("budget", "budget_exhausted", 0.0), ("done", "verified_pass", 1.0)]
+    assert t.steps[-2].exit_code == 0  # step two's command ran: a fresh budget
