@@ -97,13 +97,15 @@ class Recorder:
 @contextlib.asynccontextmanager
 async def rig(responder: Callable[[GenerateRequest], str | None], *, crash: bool = False,
               backend: FakeBackend | None = None, servers: int = 2,
-              workload: TraceWorkload | None = None, **cfg: Any) -> AsyncIterator[Rig]:
+              workload: TraceWorkload | None = None, task: Task | None = None,
+              verifier: FileVerifier | None = None, **cfg: Any) -> AsyncIterator[Rig]:
+    """``task`` must keep the id ``hello`` (what :meth:`Rig.run` launches)."""
     backend = backend or FakeBackend(files={"/app/.keep": b""})
     fakes, clients = make_fake_fleet(servers, responder=responder)
-    task = make_task()
+    task = task or make_task()
     async with WarmPool(backend) as pool:
         source = WarmSource(pool, fake_spec(("layer-a",)))
-        verifier = FileVerifier(crash=crash)
+        verifier = verifier or FileVerifier(crash=crash)
         recorded: list[Trajectory] = []
         runner = EpisodeRunner(
             RunnerConfig(**cfg), tasks={"hello": task}, source=source, verifier=verifier,

@@ -32,6 +32,22 @@ class StepEntry(_Record):
     observation: str = Field(default="", description="what was fed back to the model")
     exit_code: int | None = Field(default=None, description="exit code of the last command")
     timed_out: bool = Field(default=False, description="the last command hit the step timeout")
+    task_step: int | None = Field(default=None, description="task step of the turn (multi-step)")
+
+
+class TaskStepEntry(_Record):
+    """One step of a multi-step task as recorded (absent for single-step tasks)."""
+
+    index: int = Field(ge=0, description="step index in the task's [[steps]]")
+    name: str = Field(description="step name")
+    reward: float | None = Field(default=None, description="the step verifier's scalar")
+    rewards: dict[str, float] = Field(default_factory=dict, description="its named rewards")
+    outcome: Outcome = Field(description="the step's own verdict")
+    reason: Reason = Field(description="the step's reason code")
+    loop_end: str | None = Field(default=None, description="how the step's agent turns ended")
+    first_turn: int = Field(default=0, ge=0, description="index of the step's first turn")
+    turns: int = Field(default=0, ge=0, description="model turns spent on the step")
+    passed_min_reward: bool = Field(default=True, description="the step cleared min_reward")
 
 
 class OutcomeEntry(_Record):
@@ -78,6 +94,8 @@ class EpisodeFile(_Record):
     workdir: str | None = Field(default=None, description="commands' working directory")
     runner: RunnerLimits = Field(default_factory=RunnerLimits, description="runner limits")
     steps: list[StepEntry] = Field(default_factory=list, description="model turns in order")
+    task_steps: list[TaskStepEntry] = Field(
+        default_factory=list, description="per-step verdicts of a multi-step task, in order")
     outcome: OutcomeEntry | None = Field(default=None, description="the recorded verdict")
 
 

@@ -12,6 +12,8 @@ and whether the reward matches. It never calls a model: the model's text is repl
 recorded. It then decides the replayed episode's outcome again, with the same counterfactual
 experiment as the runner (``episodes/counterfactual.py``: probes, a pristine re-verify), and
 reports it beside the recorded one: reproducing an episode includes reproducing its verdict.
+A multi-step episode is replayed step by step (``episodes/steps.run_sequence``, as the runner
+ran it: setup hook, that step's turns, that step's verdict, the early-stop rules).
 
 Episode files are typed (``episodes/episode_file.py``): a malformed one is an
 :class:`~rollbank.errors.InputError` naming the file and the field.
@@ -47,6 +49,7 @@ from rollbank.episodes.episode_file import SCHEMA, EpisodeFile, StepEntry, parse
 from rollbank.episodes.harnesses import ActionKind, Harness
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
+from rollbank.episodes.steps import StepRun, run_sequence
 from rollbank.episodes.tools import ToolExecutor
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import InputError, SandboxError, VerifierError
@@ -80,6 +83,7 @@ def episode_record(traj: Trajectory, task: Task, meta: Mapping[str, Any]) -> dic
         "workdir": meta.get("workdir"),
         "runner": meta.get("runner", {}),
         "steps": [s.to_dict() for s in traj.steps],
+        "task_steps": [s.to_dict() for s in traj.task_steps],
         "outcome": traj.outcome.to_dict() if traj.outcome else None,
         "timings": {
             "launched_at": traj.launched_at, "started_at": traj.started_at,
@@ -217,6 +221,16 @@ async def replay_episode(
     executor = ToolExecutor(acq.sandbox, step_timeout_s=runner.step_timeout_s,
                             use_shell=runner.use_shell, workdir=record.workdir or acq.workdir,
                             budget_s=runner.episode_budget_s or task.agent_timeout_s)
+    if task.multi_step and record.task_steps:  # each step replayed and verified in turn
+        try:
+            decided = await _replay_steps(report, judge, record, task, acq.sandbox, executor,
+                                          harness, verifier, record.workdir or acq.workdir)
+            report.outcome_replayed = _brief(decided)
+            report.reward_replayed = decided.reward
+        finally:
+            await executor.close()
+            await acq.sandbox.close()
+        return report
     recorded_end = outcome.loop_end if outcome else None
     end = LoopEnd(recorded_end) if recorded_end in set(LoopEnd) else None
     evidence: dict[str, Any] = {"replay": True}
@@ -247,6 +261,45 @@ async def replay_episode(
         await executor.close()
         await acq.sandbox.close()
     return report
+
+
+async def _replay_steps(report: ReplayReport, judge: Counterfactual, record: EpisodeFile,
+                        task: Task, sandbox: Sandbox, executor: ToolExecutor, harness: Harness,
+                        verifier: Verifier, workdir: str | None) -> EpisodeOutcome:
+    """A multi-step episode: the recorded steps in order (``episodes/steps.run_sequence``),
+    each step's turns replayed then decided like the runner decided them."""
+    limits = record.runner
+
+    async def run_step(i: int, view: Task, setup_error: str | None) -> StepRun:
+        turns = [s for s in record.steps if s.task_step == i]
+        first, recorded = len(report.steps), record.task_steps[i].loop_end
+        end = LoopEnd(recorded) if recorded in set(LoopEnd) else LoopEnd.DONE
+        evidence: dict[str, Any] = {"replay": True, "task_step": i,
+                                    "task_step_name": task.steps[i].name}
+        if setup_error is not None:
+            end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "error": setup_error}
+        else:
+            try:
+                for step in turns:
+                    report.steps.append(await _replay_step(step, harness, executor))
+                if not sandbox.alive and end in VERIFIABLE:
+                    end = LoopEnd.SANDBOX_DIED
+                if end in VERIFIABLE:
+                    await executor.close()
+            except SandboxError as exc:
+                report.error = f"sandbox died during replay: {exc}"
+                end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "error": str(exc)}
+        so_far = [s for s in record.steps if s.task_step is not None and s.task_step <= i]
+        spec = ReplaySpec(tuple(harness.parse(s.model_text).commands for s in so_far),
+                          step_timeout_s=limits.step_timeout_s, use_shell=limits.use_shell,
+                          workdir=workdir, budget_s=limits.episode_budget_s or view.agent_timeout_s)
+        out = await _decide(judge, end, evidence, record, view, sandbox, verifier, spec)
+        return StepRun(end, out, first, len(turns))
+
+    decided, _ = await run_sequence(task, sandbox, executor, workdir or task.workdir or "/",
+                                    run_step, episode_budget_s=limits.episode_budget_s,
+                                    steps=len(record.task_steps))
+    return decided
 
 
 async def _decide(judge: Counterfactual, end: LoopEnd, evidence: dict[str, Any],

@@ -22,6 +22,8 @@ Invariants
 - When a recorder is set, every finished episode is written as a replayable episode file.
 - With a trace workload (``episodes/workload.py``) the plan, not ``harness.parse``, decides
   each turn's action, token count and the episode's length; everything else is unchanged.
+- A multi-step task (Harbor 1.1 ``[[steps]]``) runs its steps in order in one sandbox and one
+  conversation, each verified and attributed by the same path (``episodes/steps.py``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from rollbank.episodes.limiter import PriorityLimiter
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.spans import Span, add_span
+from rollbank.episodes.steps import run_steps, turn_in_step
 from rollbank.episodes.tools import ToolExecutor
 from rollbank.episodes.trajectory import StepRecord, Trajectory
 from rollbank.episodes.workload import EpisodePlan, TraceWorkload
@@ -178,10 +181,15 @@ class EpisodeRunner:
         executor = ToolExecutor(sandbox, step_timeout_s=cfg.step_timeout_s,
                                 use_shell=cfg.use_shell, workdir=acq.workdir, budget_s=budget)
         try:
-            end, evidence = await self._loop(attempt, task, traj, executor, sandbox)
-            if end in VERIFIABLE:
-                await executor.close()
-            traj.outcome = await self._conclude(end, evidence, task, traj, attempt.key, sandbox)
+            if task.multi_step:  # steps in order, each verified, in this sandbox and conversation
+                traj.outcome = await run_steps(self, attempt, task, traj, executor, sandbox,
+                                               acq.workdir)
+            else:
+                end, evidence = await self._loop(attempt, task, traj, executor, sandbox)
+                if end in VERIFIABLE:
+                    await executor.close()
+                traj.outcome = await self._conclude(end, evidence, task, traj, attempt.key,
+                                                    sandbox)
         finally:
             await _quietly_close(executor, sandbox)
             add_span(traj, Span("episode", t0, max(self.clock.now(), t0), traj.trajectory_id,
@@ -189,11 +197,15 @@ class EpisodeRunner:
 
     async def _loop(
         self, attempt: AttemptSpec, task: Task, traj: Trajectory, executor: ToolExecutor,
-        sandbox: Sandbox,
+        sandbox: Sandbox, conv: Conversation | None = None, task_step: int | None = None,
     ) -> tuple[LoopEnd, dict[str, Any]]:
+        """The agent's turns; a multi-step task (``episodes/steps.py``) passes its ongoing
+        conversation and the step index, and turn indices continue across steps."""
         cfg = self.config
-        conv = Conversation(self.tokenizer, traj)
-        conv.start(self.harness.initial_prompt(task))
+        if conv is None:
+            conv = Conversation(self.tokenizer, traj)
+            conv.start(self.harness.initial_prompt(task))
+        first = len(traj.steps)
         sampling = self.harness.sampling()
         timeouts = 0
         plan: EpisodePlan | None = None
@@ -201,7 +213,8 @@ class EpisodeRunner:
             plan = self.workload.plan(task.task_id, attempt.seed)
             traj.meta["workload"] = {"kind": "trace", "turns": len(plan.turns),
                                      "tokens": plan.tokens, "tool_s": round(plan.tool_s, 3)}
-        for turn in range(cfg.max_turns if plan is None else len(plan.turns)):
+        for k in range(cfg.max_turns if plan is None else len(plan.turns)):
+            turn = first + k
             room = cfg.max_model_len - len(conv)
             if room < cfg.min_new_tokens:
                 return LoopEnd.CONTEXT, {"turn": turn, "prompt_tokens": len(conv)}
@@ -211,7 +224,7 @@ class EpisodeRunner:
             if plan is None:
                 sp = replace(sampling, max_tokens=min(sampling.max_tokens, room))
             else:
-                sp = plan.turns[turn].sampling(sampling, room)
+                sp = plan.turns[k].sampling(sampling, room)
             request = GenerateRequest(rid, prompt, sp)
             try:
                 async with attempt.ctx.inference_slot(server):
@@ -233,10 +246,10 @@ class EpisodeRunner:
             if server not in traj.servers:
                 traj.servers.append(server)
             conv.append_result(result)
-            action = self.harness.parse(result.text) if plan is None else plan.action(turn)
+            action = self.harness.parse(result.text) if plan is None else plan.action(k)
             step = StepRecord(index=turn, model_text=result.text, action=action.command_text,
                               observation="", inference_s=te - ts, server=server,
-                              finish_reason=result.finish_reason)
+                              finish_reason=result.finish_reason, task_step=task_step)
             traj.steps.append(step)
             if result.finish_reason == "abort":
                 return LoopEnd.ABORTED, {"turn": turn, "server": server, "why": "server aborted"}
@@ -311,9 +324,9 @@ class EpisodeRunner:
     def _replay_spec(self, task: Task, traj: Trajectory) -> ReplaySpec:
         """The model's actions (each turn's text parsed again, or the plan's) and limits."""
         plan = self.workload.plan(task.task_id, traj.seed) if self.workload is not None else None
-        steps = tuple(
-            (self.harness.parse(s.model_text) if plan is None else plan.action(s.index)).commands
-            for s in traj.steps)
+        steps = tuple(  # a trace plan restarts at each step of a multi-step task
+            (self.harness.parse(s.model_text) if plan is None else plan.action(k)).commands
+            for s, k in zip(traj.steps, turn_in_step(traj.steps), strict=True))
         workdir = traj.meta.get("workdir")
         return ReplaySpec(steps, step_timeout_s=self.config.step_timeout_s,
                           use_shell=self.config.use_shell,

@@ -38,9 +38,34 @@ class StepRecord:
     inference_s: float = 0.0
     server: str | None = None
     finish_reason: str | None = None
+    task_step: int | None = None  # the task step this turn belongs to (multi-step tasks only)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass
+class TaskStepResult:
+    """How one step of a multi-step task went (``episodes/steps.py``): its verdict and reward.
+
+    ``reward`` is the step verifier's scalar (None when the verifier gave none); ``turns`` the
+    model turns spent on the step, starting at turn index ``first_turn``.
+    """
+
+    index: int
+    name: str
+    reward: float | None
+    rewards: dict[str, float]
+    outcome: str
+    reason: str
+    loop_end: str | None
+    first_turn: int
+    turns: int
+    passed_min_reward: bool
+    verify_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "rewards": dict(self.rewards)}
 
 
 @dataclass
@@ -57,6 +82,7 @@ class Trajectory:
     prompt_len: int = 0
     steps: list[StepRecord] = field(default_factory=list)
     outcome: EpisodeOutcome | None = None
+    task_steps: list[TaskStepResult] = field(default_factory=list)  # multi-step tasks only
     # timings (seconds on the collector's clock)
     launched_at: float = 0.0
     started_at: float = 0.0  # sandbox ready

@@ -12,6 +12,7 @@ the untouched environment; it must not score 1.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,15 +38,20 @@ class StepsOutcome:
         return {name: (r.reward if r.reward is not None else 0.0) for name, r in self.results}
 
     def trial_reward(self, task: Task) -> float:
-        """The trial reward: mean over contributing steps (unrun steps count 0) or the final step's."""
-        got = self.rewards
-        if task.multi_step_reward_strategy == "final":
-            return got.get(task.steps[-1].name, 0.0)
-        counted = [s.name for s in task.steps if s.contributes_to_mean] or [s.name for s in task.steps]
-        return sum(got.get(n, 0.0) for n in counted) / len(counted)
+        return trial_reward(task, self.rewards)
 
 
-async def _setup(sandbox: Sandbox, setup_dir: Path, workdir: str) -> None:
+def trial_reward(task: Task, rewards: Mapping[str, float]) -> float:
+    """The trial reward from step rewards by name: mean over contributing steps (unrun steps
+    count 0) or the final step's (``multi_step_reward_strategy``). Shared with the runner."""
+    if task.multi_step_reward_strategy == "final":
+        return rewards.get(task.steps[-1].name, 0.0)
+    counted = [s.name for s in task.steps if s.contributes_to_mean] or [s.name for s in task.steps]
+    return sum(rewards.get(n, 0.0) for n in counted) / len(counted)
+
+
+async def setup_step(sandbox: Sandbox, setup_dir: Path, workdir: str) -> None:
+    """A step's setup hook: its ``workdir/`` merged into ``workdir``, its ``setup.sh`` run there."""
     await sandbox.upload(setup_dir, workdir)
     if (setup_dir / "setup.sh").is_file():
         await sandbox.exec(["/bin/bash", "-c", f"cd {shlex.quote(workdir)} && bash setup.sh"], timeout_s=600)
@@ -59,7 +65,7 @@ async def run_oracle_steps(task: Task, backend: SandboxBackend, spec: SandboxSpe
         for i, step in enumerate(task.steps):
             view = task.for_step(i)
             if step.setup_dir is not None:
-                await _setup(sb, step.setup_dir, spec.workdir)
+                await setup_step(sb, step.setup_dir, spec.workdir)
             solve = await run_oracle(sb, view)
             if solve is not None and not solve.ok:
                 out.solution_failures[step.name] = solve.exit_code

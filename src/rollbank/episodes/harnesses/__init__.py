@@ -17,6 +17,7 @@ from rollbank.episodes.harnesses.base import (
     Command,
     Harness,
     render_result,
+    skills_note,
     truncate_middle,
 )
 from rollbank.episodes.harnesses.fenced_shell import FencedShellConfig, FencedShellHarness
@@ -34,6 +35,7 @@ __all__ = [
     "Terminus2Harness",
     "make_harness",
     "render_result",
+    "skills_note",
     "truncate_middle",
 ]
 

@@ -70,6 +70,11 @@ class Harness(Protocol):
         """The text of the first prompt for ``task`` (BOS is added by the conversation)."""
         ...
 
+    def step_prompt(self, task: Task) -> str:
+        """The text handing the model the next step of a multi-step task (``task`` is that
+        step's view, ``Task.for_step``), appended after the previous step was verified."""
+        ...
+
     def parse(self, model_text: str) -> Action:
         """Turn one model turn's text (stop string already cut) into an action. Never raises."""
         ...
@@ -81,6 +86,16 @@ class Harness(Protocol):
     def sampling(self) -> SamplingParams:
         """How to sample a turn (max tokens, temperature, stop strings)."""
         ...
+
+
+def skills_note(task: Task) -> str:
+    """One line per skill the task ships (Harbor ``skills_dir``), or "" when it has none."""
+    if not task.skills or not task.skills_dir:
+        return ""
+    lines = [f"Skills are available in {task.skills_dir} (each a folder with a SKILL.md to read):"]
+    lines += [f"- {name}: {' '.join(desc.split())}" if desc else f"- {name}"
+              for name, desc in task.skills]
+    return "\n".join(lines) + "\n"
 
 
 def truncate_middle(text: str, limit_bytes: int = DEFAULT_OBSERVATION_LIMIT) -> str:

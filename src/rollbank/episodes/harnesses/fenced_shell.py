@@ -37,6 +37,7 @@ from rollbank.episodes.harnesses.base import (
     ActionKind,
     Command,
     render_result,
+    skills_note,
     truncate_middle,
 )
 from rollbank.inference.protocol import SamplingParams
@@ -108,8 +109,14 @@ class FencedShellHarness:
             parts.append(instruction + "\n")
             parts.extend(_transcript_step(c, o) for c, o in steps)
             parts.append(DONE_MARKER + "\n\n")
+        parts.append(skills_note(task))
         parts.append("Task: " + " ".join(task.instruction.split()) + "\n")
         return "".join(parts)
+
+    def step_prompt(self, task: Task) -> str:
+        # a new Task: line, as between the examples (the seam merge drops a "\nTask:" the
+        # model was stopped on)
+        return f"{TASK_STOP} " + " ".join(task.instruction.split()) + "\n"
 
     def parse(self, model_text: str) -> Action:
         done = _DONE_LINE.search(model_text)

@@ -40,6 +40,7 @@ from rollbank.episodes.harnesses.base import (
     ActionKind,
     Command,
     render_result,
+    skills_note,
     truncate_middle,
 )
 from rollbank.inference.protocol import SamplingParams
@@ -125,7 +126,14 @@ class Terminus2Harness:
 
     def initial_prompt(self, task: Task) -> str:
         m = self._m
-        return f"{m.user_start}{INSTRUCTIONS}{task.instruction.strip()}\n{m.user_end}{m.model_start}"
+        skills = skills_note(task)
+        skills = f"\n{skills}" if skills else ""
+        return (f"{m.user_start}{INSTRUCTIONS}{task.instruction.strip()}\n{skills}"
+                f"{m.user_end}{m.model_start}")
+
+    def step_prompt(self, task: Task) -> str:
+        return self._user_turn("The previous task is done and was checked. Next task, in the "
+                               f"same terminal:\n{task.instruction.strip()}")
 
     def parse(self, model_text: str) -> Action:
         try:
