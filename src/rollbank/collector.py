@@ -211,6 +211,7 @@ async def collect(
         recorder=recorder, workload=make_workload(config.workload),
     ))
     summaries: list[BatchSummary] = []
+    prom: Any = None
     async with contextlib.AsyncExitStack() as stack:
         log = stack.enter_context(EventLog(out_dir / "events.jsonl"))
         sinks: list[EventSink] = [log, *extra_sinks]
@@ -259,7 +260,10 @@ async def collect(
                     extra={"accounting": batch.accounting.to_dict(),
                            "profile": batch.profile.to_dict(), "complete": batch.complete,
                            "unreachable": [u.to_dict() for u in batch.unreachable]},
+                    staleness=batch.staleness.report if batch.staleness is not None else None,
                 )
+                if prom is not None:
+                    prom.observe_staleness(batch.index, s.staleness)
                 summaries.append(s)
                 path = await asyncio.to_thread(write_batch, out_dir / "batches", batch,
                                                extra={"summary": s.to_dict()})
