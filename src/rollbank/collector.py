@@ -237,6 +237,7 @@ async def collect(
         recorder=recorder, workload=make_workload(config.workload),
     ))
     summaries: list[BatchSummary] = []
+    prom: Any = None
     async with contextlib.AsyncExitStack() as stack:
         log = stack.enter_context(EventLog(out_dir / "events.jsonl"))
         sinks: list[EventSink] = [log, *extra_sinks]
@@ -285,7 +286,10 @@ async def collect(
                            "profile": batch.profile.to_dict(), "complete": batch.complete,
                            "unreachable": [u.to_dict() for u in batch.unreachable],
                            **zero_variance_extra(batch.groups)},
+                    staleness=batch.staleness.report if batch.staleness is not None else None,
                 )
+                if prom is not None:
+                    prom.observe_staleness(batch.index, s.staleness)
                 summaries.append(s)
                 path = await asyncio.to_thread(write_batch, out_dir / "batches", batch,
                                                extra={"summary": s.to_dict()})

@@ -200,7 +200,8 @@ def test_orchestrator_sigkill_leaves_nothing_behind(base: Path, tmp_path: Path) 
     child = textwrap.dedent(f"""
         import asyncio, sys
         from pathlib import Path
-        from rollbank.sandbox.local import LocalBackend, LocalSandboxConfig
+        from rollbank.sandbox.local.backend import LocalBackend
+        from rollbank.sandbox.local.config import LocalSandboxConfig
         from rollbank.sandbox.protocol import SandboxSpec
         async def main():
             be = LocalBackend(LocalSandboxConfig(run_dir=Path({str(run)!r})))

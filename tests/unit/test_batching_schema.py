@@ -68,7 +68,7 @@ def test_table_has_the_versioned_schema_and_one_row_per_valid_trajectory() -> No
 def test_check_schema_refuses_other_versions_and_foreign_tables() -> None:
     table = batch_to_table(make_batch())
     meta = dict(table.schema.metadata)
-    meta[META_VERSION] = b"2"
+    meta[META_VERSION] = b"3"
     with pytest.raises(SchemaError, match="version"):
         check_schema(table.schema.with_metadata(meta))
     with pytest.raises(SchemaError, match="not a rollbank"):

@@ -10,7 +10,7 @@ Invariants
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -125,6 +125,20 @@ class Unreachable:
 
 
 @dataclass(frozen=True)
+class StalenessColumns:
+    """Measured staleness of a batch's rows, as plain data (filled by ``rollbank.staleness``).
+
+    ``rows`` maps a trajectory id to the values of the schema-v2 staleness columns
+    (``rollbank.batching.schema.STALENESS_FIELDS``); a row without an entry gets the neutral
+    values (unmeasured). ``report`` is ``rollbank.staleness.report.staleness_report(...)``:
+    it goes to the manifest, the Parquet metadata and summary.json.
+    """
+
+    rows: Mapping[str, Mapping[str, Any]]
+    report: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Batch:
     """One trainable batch: ``groups_per_batch`` complete groups (fewer only at the end)."""
 
@@ -137,6 +151,7 @@ class Batch:
     complete: bool  # True when it holds groups_per_batch groups
     meta: dict[str, Any] = field(default_factory=dict)
     unreachable: tuple[Unreachable, ...] = ()  # tasks given up on in this window
+    staleness: StalenessColumns | None = None  # None: no row measured (neutral columns)
 
     @property
     def trajectories(self) -> list[Trajectory]:

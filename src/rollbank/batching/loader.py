@@ -1,13 +1,17 @@
 """Load trainable batches as torch tensors (from a batch directory or an in-process Batch).
 
-Owns the conversion of schema-v1 rows into right-padded tensors. Positions are aligned with
+Owns the conversion of schema-v2 rows (version-1 rows are upgraded with neutral staleness
+values, :func:`rollbank.batching.schema.upgrade_table`) into right-padded tensors. Positions are aligned with
 ``token_ids``: ``old_logprobs[b, t]`` is the behaviour log-prob of token ``t`` given the
 tokens before it, valid where ``loss_mask[b, t] == 1``; the trainer shifts for next-token
 prediction. Nothing is truncated silently: a row longer than ``max_len`` is an error.
 
 Invariants
 - ``attention_mask`` is 1 exactly on the row's real tokens; padding has ``loss_mask == 0``,
-  ``old_logprobs == 0`` and ``policy_versions == -1``.
+  ``old_logprobs == 0``, ``policy_versions == -1``, ``is_weights == 0`` and ``is_keep == 0``.
+- ``is_keep <= loss_mask`` everywhere (a correction can only remove model tokens);
+  ``current_logprobs`` is present when at least one row was measured (``measured[b]``), and
+  holds 0 on the rows that were not.
 - A directory is read only if its manifest's schema version matches and the parquet's
   sha256 equals the manifest's (``verify=True``).
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +35,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rollbank.batching.batch import Batch
-from rollbank.batching.schema import SchemaError, batch_to_table, check_schema
+from rollbank.batching.schema import (
+    SchemaError,
+    batch_to_table,
+    check_schema,
+    staleness_report_of,
+    upgrade_table,
+)
 from rollbank.batching.writer import MANIFEST_NAME, PARQUET_NAME
 from rollbank.extras import require
 
@@ -55,6 +65,13 @@ class TensorBatch:
     prompt_lens: torch.Tensor  # [B] int64
     group_index: torch.Tensor  # [B] int64, dense group number within this tensor batch
     trajectory_ids: tuple[str, ...]
+    # staleness (schema v2); None only on TensorBatches built by hand (then: weight 1, keep all)
+    is_weights: torch.Tensor | None = None  # [B, T] float32 correction weight per token
+    is_keep: torch.Tensor | None = None  # [B, T] float32, 1 where the token stays in the loss
+    gate_weight: torch.Tensor | None = None  # [B] float32 staleness gate weight per row
+    current_logprobs: torch.Tensor | None = None  # [B, T] float32; None: no row measured
+    measured: torch.Tensor | None = None  # [B] bool, row has current_logprobs
+    correction_mode: str | None = field(default=None)  # mode recorded in the staleness report
 
     @property
     def token_advantages(self) -> torch.Tensor:
@@ -77,7 +94,7 @@ def read_batch_dir(path: Path, *, verify: bool = True) -> pa.Table:
     check_schema(table.schema)
     if table.num_rows != manifest["rows"]:
         raise SchemaError(f"{parquet}: {table.num_rows} rows, manifest says {manifest['rows']}")
-    return table
+    return upgrade_table(table)
 
 
 def _padded(col: pa.ChunkedArray | pa.Array, lengths: np.ndarray, width: int,
@@ -99,11 +116,11 @@ def _column(table: pa.Table, name: str, dtype: type[np.generic]) -> torch.Tensor
 
 
 def table_to_tensors(table: pa.Table, *, pad_id: int = 0, max_len: int | None = None) -> TensorBatch:
-    """Convert schema-v1 rows to padded tensors (width = longest row)."""
+    """Convert schema-v2 (or v1, upgraded) rows to padded tensors (width = longest row)."""
     require("torch", "train", _FEATURE)
     import torch
 
-    check_schema(table.schema)
+    table = upgrade_table(table)
     lengths = np.asarray(table.column("num_tokens").to_numpy(), dtype=np.int64)
     width = int(lengths.max()) if len(lengths) else 0
     if max_len is not None and width > max_len:
@@ -113,6 +130,18 @@ def table_to_tensors(table: pa.Table, *, pad_id: int = 0, max_len: int | None = 
     lm = _padded(table.column("loss_mask"), lengths, width, np.float32, 0.0)
     pv = _padded(table.column("policy_versions"), lengths, width, np.int32, -1)
     attn = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+    isw = _padded(table.column("is_weights"), lengths, width, np.float32, 0.0)
+    keep = _padded(table.column("is_keep"), lengths, width, np.float32, 0.0) * lm
+    cur_col = table.column("current_logprobs")
+    measured = np.asarray(cur_col.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+    current = None
+    if measured.any():
+        filled = pa.array(
+            [v if v is not None else [0.0] * int(n)
+             for v, n in zip(cur_col.to_pylist(), lengths, strict=True)],
+            type=pa.list_(pa.float32()),
+        )
+        current = torch.from_numpy(_padded(filled, lengths, width, np.float32, 0.0))
     groups = table.column("group_id").to_pylist()
     dense = {g: i for i, g in enumerate(dict.fromkeys(groups))}
     return TensorBatch(
@@ -126,7 +155,20 @@ def table_to_tensors(table: pa.Table, *, pad_id: int = 0, max_len: int | None = 
         prompt_lens=_column(table, "prompt_len", np.int64),
         group_index=torch.tensor([dense[g] for g in groups], dtype=torch.int64),
         trajectory_ids=tuple(table.column("trajectory_id").to_pylist()),
+        is_weights=torch.from_numpy(isw),
+        is_keep=torch.from_numpy(keep),
+        gate_weight=_column(table, "gate_weight", np.float32),
+        current_logprobs=current,
+        measured=torch.from_numpy(measured.copy()),
+        correction_mode=_correction_mode(table.schema),
     )
+
+
+def _correction_mode(schema: pa.Schema) -> str | None:
+    report = staleness_report_of(schema)
+    correction = report.get("correction") if report else None
+    mode = correction.get("mode") if isinstance(correction, dict) else None
+    return str(mode) if mode is not None else None
 
 
 def iter_tensor_batches(

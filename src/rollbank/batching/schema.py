@@ -1,36 +1,62 @@
-"""The Arrow schema of a trainable batch, version 1: one row per trainable trajectory.
+"""The Arrow schema of a trainable batch, version 2: one row per trainable trajectory.
 
 Owns the column layout and the conversion :func:`batch_to_table` from a
 :class:`~rollbank.batching.batch.Batch`. Readers check ``SCHEMA_VERSION`` in the schema
-metadata (key ``rollbank.schema_version``) and refuse other major versions.
+metadata (key ``rollbank.schema_version``) and refuse unknown major versions; version 1 files
+(no staleness columns) are still read: :func:`upgrade_table` adds the staleness columns with
+their neutral values.
+
+Version 2 adds the staleness columns (:data:`STALENESS_FIELDS`, issue #11): the current
+policy's log-prob of each token when it was measured, the per-token importance weights and
+keep mask of the active correction, the staleness gate's verdict and weight, and the row's
+divergence statistics. They are filled from ``Batch.staleness`` (computed by
+``rollbank.staleness.rows``); a row that was not measured gets the neutral values
+(``current_logprobs`` and ``divergence`` null, ``scorer_version`` -1, ``is_weights`` = 1 and
+``is_keep`` = 1 on model tokens, ``gate_verdict`` "unmeasured", ``gate_weight`` 1). The batch's
+staleness report (or null) is stored as JSON under the metadata key ``rollbank.staleness``.
 
 Each column is documented once, in :data:`COLUMNS`; the docs become Arrow field metadata
 (key ``doc``) and so ship inside every Parquet file: ``column_docs(pq.read_schema(path))``
 gives them back from a file, and :func:`columns_table` renders them as a text table
-(``python -m rollbank.batching.schema``). All columns are non-null.
+(``python -m rollbank.batching.schema``). All columns are non-null except
+:data:`NULLABLE` (``current_logprobs``, ``divergence``).
 
-Invariants: the four list columns of a row have equal length; rows of one group are
+Invariants: the per-token list columns of a row have equal length; rows of one group are
 contiguous and ordered by slot; only trainable outcomes appear.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from rollbank.batching.batch import Batch
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+READABLE_VERSIONS = ("1", "2")  # major versions this reader accepts (1 is upgraded on read)
 SCHEMA_NAME = "rollbank.trajectory_batch"
 META_VERSION = b"rollbank.schema_version"
 META_NAME = b"rollbank.schema"
 META_BATCH = b"rollbank.batch"
+META_STALENESS = b"rollbank.staleness"
+META_UPGRADED = b"rollbank.upgraded_from"
+UNMEASURED = "unmeasured"  # gate_verdict of a row nobody scored
 
 TIMING_FIELDS = (
     "launched_at", "started_at", "finished_at", "duration_s",
     "sandbox_setup_s", "inference_s", "tool_s", "verify_s",
+)
+
+DIVERGENCE_FIELDS = (
+    "n_tokens", "mean_log_rho", "geo_ratio", "k1", "k3", "k3_sum", "chi2", "ess",
+    "max_abs_log_rho",
+)
+DIVERGENCE_TYPE = pa.struct(
+    [pa.field("n_tokens", pa.int32(), nullable=False)]
+    + [pa.field(n, pa.float64(), nullable=False) for n in DIVERGENCE_FIELDS[1:]]
 )
 
 DOC_KEY = b"doc"
@@ -66,12 +92,37 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
      "seconds: " + ", ".join(TIMING_FIELDS)),
     ("servers", pa.list_(pa.string()), "inference servers that served its turns"),
     ("outcome_json", pa.string(), "the full EpisodeOutcome (evidence) as JSON"),
+    # --- version 2: staleness (issue #11; docs/staleness.md) ---
+    ("current_logprobs", pa.list_(pa.float32()),
+     "current policy's log-prob per token (0.0 where loss_mask is 0); null: unmeasured"),
+    ("scorer_version", pa.int32(), "weight version that scored current_logprobs (-1: unmeasured)"),
+    ("is_weights", pa.list_(pa.float32()),
+     "per-token importance weight of the active correction (0.0 on prompt/env and rejected "
+     "tokens; 1.0 on model tokens when unmeasured)"),
+    ("is_keep", pa.list_(pa.int8()),
+     "1: the token stays in the loss (numerator and normaliser): loss_mask AND the "
+     "correction's keep"),
+    ("gate_verdict", pa.string(),
+     "staleness gate: admit | downweight | exclude (scored after emission) | unmeasured"),
+    ("gate_weight", pa.float32(), "the gate's trajectory weight; the loss multiplies is_weights by it"),
+    ("gate_reasons", pa.list_(pa.string()), "GateReason values behind the verdict"),
+    ("rare_success", pa.bool_(), "kept (down-weighted) instead of dropped: only success of its group"),
+    ("stale_retries", pa.int16(), "re-runs of this slot caused by the staleness gate"),
+    ("divergence", DIVERGENCE_TYPE,
+     "this row's log rho statistics: " + ", ".join(DIVERGENCE_FIELDS) + "; null: unmeasured"),
 )
 
+V1_COLUMNS = tuple(name for name, _, _ in COLUMNS[: COLUMNS.index(
+    next(c for c in COLUMNS if c[0] == "current_logprobs"))])
+NULLABLE = frozenset({"current_logprobs", "divergence"})
+
 SCHEMA = pa.schema(
-    [pa.field(name, type_, nullable=False, metadata={DOC_KEY: doc.encode()})
+    [pa.field(name, type_, nullable=name in NULLABLE, metadata={DOC_KEY: doc.encode()})
      for name, type_, doc in COLUMNS],
     metadata={META_VERSION: SCHEMA_VERSION.encode(), META_NAME: SCHEMA_NAME.encode()},
+)
+STALENESS_FIELDS: tuple[pa.Field, ...] = tuple(
+    SCHEMA.field(name) for name, _, _ in COLUMNS if name not in V1_COLUMNS
 )
 
 
@@ -123,6 +174,32 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def neutral_staleness(loss_mask: Sequence[int]) -> dict[str, Any]:
+    """Staleness column values of an unmeasured row: weight 1 and keep on its model tokens."""
+    keep = [1 if m else 0 for m in loss_mask]
+    return {
+        "current_logprobs": None, "scorer_version": -1,
+        "is_weights": [float(k) for k in keep], "is_keep": keep,
+        "gate_verdict": UNMEASURED, "gate_weight": 1.0, "gate_reasons": [],
+        "rare_success": False, "stale_retries": 0, "divergence": None,
+    }
+
+
+def _staleness_row(batch: Batch, trajectory_id: str, loss_mask: Sequence[int]) -> dict[str, Any]:
+    given = batch.staleness.rows.get(trajectory_id) if batch.staleness is not None else None
+    if given is None:
+        return neutral_staleness(loss_mask)
+    row = dict(given)
+    missing = [f.name for f in STALENESS_FIELDS if f.name not in row]
+    if missing:
+        raise SchemaError(f"{trajectory_id}: staleness values lack {missing}")
+    n = len(loss_mask)
+    for name in ("current_logprobs", "is_weights", "is_keep"):
+        if row[name] is not None and len(row[name]) != n:
+            raise SchemaError(f"{trajectory_id}: {name} has {len(row[name])} values, {n} tokens")
+    return row
+
+
 def batch_to_table(batch: Batch) -> pa.Table:
     """One row per trainable trajectory, in group then slot order."""
     cols: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
@@ -152,28 +229,64 @@ def batch_to_table(batch: Batch) -> pa.Table:
             "servers": list(traj.servers),
             "outcome_json": json.dumps(traj.outcome.to_dict(), sort_keys=True, default=str),
         }
+        row.update(_staleness_row(batch, traj.trajectory_id, traj.loss_mask))
         for k, v in row.items():
             cols[k].append(v)
     table = pa.Table.from_pydict(cols, schema=SCHEMA)
     meta = dict(SCHEMA.metadata or {})
     meta[META_BATCH] = json.dumps(batch_summary(batch), sort_keys=True, default=str).encode()
+    report = batch.staleness.report if batch.staleness is not None else None
+    meta[META_STALENESS] = json.dumps(report, sort_keys=True, default=str).encode()
     return table.replace_schema_metadata(meta)
 
 
-def check_schema(schema: pa.Schema) -> dict[str, Any]:
-    """Validate version and columns; return the batch summary stored in the metadata."""
+def schema_version(schema: pa.Schema) -> str:
+    """The major schema version of ``schema`` (after checking it is a rollbank batch)."""
     meta = schema.metadata or {}
-    version = meta.get(META_VERSION, b"").decode()
     if meta.get(META_NAME, b"").decode() != SCHEMA_NAME:
         raise SchemaError("not a rollbank trajectory batch (schema name missing)")
-    if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
-        raise SchemaError(f"schema version {version!r}; this reader reads {SCHEMA_VERSION}")
-    missing = [f.name for f in SCHEMA if f.name not in schema.names]
+    version = str(meta.get(META_VERSION, b"").decode()).split(".")[0]
+    if version not in READABLE_VERSIONS:
+        raise SchemaError(f"schema version {version!r}; this reader reads {READABLE_VERSIONS}")
+    return version
+
+
+def check_schema(schema: pa.Schema) -> dict[str, Any]:
+    """Validate version and columns; return the batch summary stored in the metadata.
+
+    Version 1 schemas pass with the version-1 columns (see :func:`upgrade_table`)."""
+    version = schema_version(schema)
+    expected = V1_COLUMNS if version == "1" else SCHEMA.names
+    missing = [n for n in expected if n not in schema.names]
     if missing:
         raise SchemaError(f"missing columns: {missing}")
-    raw = meta.get(META_BATCH)
+    raw = (schema.metadata or {}).get(META_BATCH)
     summary: dict[str, Any] = json.loads(raw) if raw else {}
     return summary
+
+
+def staleness_report_of(schema: pa.Schema) -> dict[str, Any] | None:
+    """The staleness report stored with a batch (None: unmeasured, or a version-1 file)."""
+    raw = (schema.metadata or {}).get(META_STALENESS)
+    report: dict[str, Any] | None = json.loads(raw) if raw else None
+    return report
+
+
+def upgrade_table(table: pa.Table) -> pa.Table:
+    """A version-1 table with the version-2 staleness columns added (neutral values, see the
+    module doc) and its metadata marked ``rollbank.upgraded_from = 1``; version 2 unchanged."""
+    check_schema(table.schema)
+    if schema_version(table.schema) != "1":
+        return table
+    masks = table.column("loss_mask").to_pylist()
+    neutral = [neutral_staleness(m) for m in masks]
+    out = table.select(list(V1_COLUMNS))
+    for f in STALENESS_FIELDS:
+        out = out.append_column(f, pa.array([r[f.name] for r in neutral], type=f.type))
+    meta = dict(table.schema.metadata or {})
+    meta[META_VERSION] = SCHEMA_VERSION.encode()
+    meta[META_UPGRADED] = b"1"
+    return out.replace_schema_metadata(meta)
 
 
 if __name__ == "__main__":

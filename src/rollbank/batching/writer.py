@@ -5,7 +5,8 @@ Layout under a run's ``batches/`` root::
     batches/
       batch-000000/
         trajectories.parquet   # schema: rollbank.batching.schema (version in its metadata)
-        manifest.json          # schema version, row count, sha256 of the parquet, summary
+        manifest.json          # schema version, row count, sha256 of the parquet, summary,
+                               # staleness_report (rollbank.staleness.report; null: unmeasured)
       batch-000001/ ...
       LATEST                   # index of the newest complete batch (text)
 
@@ -84,6 +85,10 @@ def write_batch(root: Path, batch: Batch, *, extra: dict[str, Any] | None = None
             "rows": table.num_rows,
             "files": {PARQUET_NAME: {"sha256": _sha256(parquet), "bytes": parquet.stat().st_size}},
             "batch": batch_summary(batch),
+            "staleness_report": (
+                dict(batch.staleness.report)
+                if batch.staleness is not None and batch.staleness.report is not None else None
+            ),
             "extra": extra or {},
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))

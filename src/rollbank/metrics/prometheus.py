@@ -6,6 +6,13 @@ process-global one, so several collectors or tests can coexist). :meth:`serve` e
 registry over HTTP (``prometheus_client.start_http_server``, a daemon thread owned by the
 library); :meth:`close` shuts it down.
 
+Per-batch staleness (issue #11): :meth:`PrometheusSink.observe_staleness` sets one gauge per
+numeric scalar of the batch's staleness report (names from
+:func:`rollbank.staleness.report.prometheus_samples`, e.g. ``rollbank_staleness_divergence_
+tokens_k3``, ``..._percentiles_p99``, ``..._frac_beyond_0_1``, ``..._version_lag_histogram_2``);
+a gauge the newest report lacks (an unmeasured batch, a lag that no longer occurs) is set to
+NaN, so a scrape never shows an old batch's value as current.
+
 Invariants
 - ``rollbank_attempts_in_flight`` = launched - (finished + aborted) at every moment.
 - Updates are in-memory and O(1): the sink never blocks the driver.
@@ -13,7 +20,9 @@ Invariants
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -26,6 +35,7 @@ from rollbank.scheduling.events import (
     Event,
     EventKind,
 )
+from rollbank.staleness.report import prometheus_samples
 
 _DURATION_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
 
@@ -53,6 +63,9 @@ class PrometheusSink:
         self.batch_s = Histogram("rollbank_time_to_batch_seconds",
                                  "time from batch window open to batch ready", registry=r,
                                  buckets=_DURATION_BUCKETS)
+        self.staleness_batch = Gauge("rollbank_staleness_batch_index",
+                                     "index of the batch the staleness gauges describe", registry=r)
+        self._staleness: dict[str, Gauge] = {}
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -79,6 +92,23 @@ class PrometheusSink:
         elif kind is EventKind.BATCH_READY and isinstance(event, BatchEvent):
             self.batches.inc()
             self.batch_s.observe(max(event.t - event.window_start, 0.0))
+
+    def observe_staleness(self, batch_index: int, report: Mapping[str, Any] | None) -> dict[str, float]:
+        """Set the staleness gauges from one batch's report (None: unmeasured); returns the
+        samples that were set."""
+        samples = prometheus_samples(report) if report is not None else {}
+        for name, value in samples.items():
+            gauge = self._staleness.get(name)
+            if gauge is None:
+                gauge = Gauge(name, "per-batch staleness report scalar (rollbank.staleness.report)",
+                              registry=self.registry)
+                self._staleness[name] = gauge
+            gauge.set(value)
+        for name, gauge in self._staleness.items():
+            if name not in samples:
+                gauge.set(math.nan)
+        self.staleness_batch.set(batch_index)
+        return samples
 
     def exposition(self) -> bytes:
         """The current metrics in the Prometheus text format."""

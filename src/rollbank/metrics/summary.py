@@ -19,13 +19,17 @@ launch, t_end = this batch's hand-off)
   the servers report cache hits (else None).
 - accepted vs pool: mean turns, duration, model tokens and reward of the accepted trajectories
   against every trajectory that finished in the window (selection bias made visible).
+- staleness: the batch's staleness report (``rollbank.staleness.report.staleness_report``:
+  k1, k3, chi2, ESS, log-rho percentiles, shares beyond the |log rho| thresholds, version-lag
+  histogram, k3 by lag, gate counts, correction statistics) when the batch was measured, else
+  None; :func:`staleness_scalars` flattens it for scalar sinks.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,6 +37,7 @@ from rollbank.episodes.spans import Span, spans_of
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.metrics.bound import Capacity, lower_bound
 from rollbank.quantiles import quantile
+from rollbank.staleness.report import prometheus_samples
 
 Interval = tuple[float, float]
 
@@ -118,9 +123,15 @@ class BatchSummary:
     accepted_profile: Profile
     pool_profile: Profile
     extra: dict[str, Any] = field(default_factory=dict)
+    staleness: dict[str, Any] | None = None  # staleness report of the batch (None: unmeasured)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def staleness_scalars(report: Mapping[str, Any] | None) -> dict[str, float]:
+    """The numeric scalars of a staleness report as ``rollbank_staleness_*`` names ({} if None)."""
+    return prometheus_samples(report) if report is not None else {}
 
 
 def _spans_in(trajs: Iterable[Trajectory]) -> list[Span]:
@@ -140,6 +151,7 @@ def summarize_batch(
     group_size: int | None = None,
     sandbox_slots: int | None = None,
     extra: dict[str, Any] | None = None,
+    staleness: Mapping[str, Any] | None = None,
 ) -> BatchSummary:
     """Summarise one batch. ``seen`` is every trajectory that finished by ``t_end`` (the pool);
     with ``group_size`` only groups with that many finished siblings count for the path term.
@@ -200,4 +212,5 @@ def summarize_batch(
         accepted_profile=Profile.of(accepted),
         pool_profile=Profile.of(pool),
         extra=dict(extra or {}),
+        staleness=dict(staleness) if staleness is not None else None,
     )

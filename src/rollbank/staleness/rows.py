@@ -2,8 +2,9 @@
 and the per-row values of the proposed batch-schema columns (schema version 2).
 
 Pure functions; the current-policy log-probs are obtained by the caller (engine scoring or
-trainer recompute) and passed in. :data:`STALENESS_FIELDS` are the columns proposed for
-``batching/schema.py`` (that module is not changed here); :func:`row_values` fills them.
+trainer recompute) and passed in. :data:`STALENESS_FIELDS` are the schema-v2 columns (defined
+in ``batching/schema.py``, the lower layer, and re-exported here); :func:`row_values` fills
+them and :func:`score_batch` fills a whole :class:`~rollbank.batching.batch.Batch`.
 
 ==================  ==========================  ==============================================
 column              type                        meaning
@@ -17,7 +18,9 @@ is_weights          list<float32>               per-token weight of the active c
 is_keep             list<int8>                  1: the token stays in the loss (numerator and
                                                 normaliser); loss_mask AND the correction's keep
 gate_verdict        string                      admit | downweight (dropped rows never reach a
-                                                batch)
+                                                batch through the ready bank; scored after
+                                                emission by score_batch: exclude, with weight
+                                                0 and no kept token) | unmeasured
 gate_weight         float32                     the gate's trajectory weight (1.0 if admitted);
                                                 the loss multiplies is_weights by it
 gate_reasons        list<string>                GateReason values
@@ -30,47 +33,43 @@ divergence          struct<...> (nullable)      n_tokens, mean_log_rho, geo_rati
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
+from rollbank.batching.batch import Batch, StalenessColumns
+from rollbank.batching.schema import DIVERGENCE_FIELDS, STALENESS_FIELDS
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.staleness.config import CorrectionConfig, CorrectionMode, EstimatorConfig
+from rollbank.staleness.config import (
+    CorrectionConfig,
+    CorrectionMode,
+    EstimatorConfig,
+    GateConfig,
+    StalenessConfig,
+)
 from rollbank.staleness.corrections import CorrectionResult, apply_correction
 from rollbank.staleness.estimators import (
+    BatchDivergence,
     DivergenceStats,
     ScoredTokens,
+    batch_divergence,
     trajectory_divergence,
 )
-from rollbank.staleness.gate import GateDecision, GateInput, GroupGateDecision, StalenessGate
-
-DIVERGENCE_FIELDS = (
-    "n_tokens", "mean_log_rho", "geo_ratio", "k1", "k3", "k3_sum", "chi2", "ess",
-    "max_abs_log_rho",
+from rollbank.staleness.gate import (
+    GateDecision,
+    GateInput,
+    GroupGateDecision,
+    StalenessGate,
+    Verdict,
 )
+from rollbank.staleness.report import staleness_report
 
-STALENESS_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("current_logprobs", pa.list_(pa.float32()), nullable=True),
-    pa.field("scorer_version", pa.int32(), nullable=False),
-    pa.field("is_weights", pa.list_(pa.float32()), nullable=False),
-    pa.field("is_keep", pa.list_(pa.int8()), nullable=False),
-    pa.field("gate_verdict", pa.string(), nullable=False),
-    pa.field("gate_weight", pa.float32(), nullable=False),
-    pa.field("gate_reasons", pa.list_(pa.string()), nullable=False),
-    pa.field("rare_success", pa.bool_(), nullable=False),
-    pa.field("stale_retries", pa.int16(), nullable=False),
-    pa.field(
-        "divergence",
-        pa.struct([pa.field("n_tokens", pa.int32(), nullable=False)] + [
-            pa.field(n, pa.float64(), nullable=False) for n in DIVERGENCE_FIELDS[1:]
-        ]),
-        nullable=True,
-    ),
-)
-
+__all__ = [
+    "DIVERGENCE_FIELDS", "STALENESS_FIELDS", "BatchScoring", "GroupMember", "JudgedGroup",
+    "batch_corrections", "judge_group", "row_values", "score_batch",
+]
 
 @dataclass(frozen=True)
 class GroupMember:
@@ -170,3 +169,71 @@ def row_values(
             {k: getattr(divergence, k) for k in DIVERGENCE_FIELDS} if divergence else None
         ),
     }
+
+
+@dataclass(frozen=True)
+class BatchScoring:
+    """A batch scored against the current policy: the batch with its staleness columns
+    filled, and what they were computed from."""
+
+    batch: Batch  # ``batch.staleness`` set (rows + report)
+    divergence: BatchDivergence | None  # None when no row was measured
+    decisions: tuple[GateDecision, ...]  # one per row, in row order
+    corrections: dict[str, CorrectionResult]  # trajectory id -> per-token weights/keep
+    report: dict[str, Any]
+
+
+def score_batch(
+    batch: Batch,
+    current: Mapping[str, Sequence[float] | None],
+    *,
+    current_version: int,
+    config: StalenessConfig | None = None,
+    gate: StalenessGate | None = None,
+    scorer: str = "trainer_recompute",
+) -> BatchScoring:
+    """Measure an already assembled batch against the current policy's log-probs.
+
+    ``current`` maps a trajectory id to the current policy's log-prob of each of its tokens
+    (missing or None: unmeasured). Each group is judged by ``gate`` (default: a disabled gate,
+    which admits every row with weight 1: measurement and correction only). A batch has left
+    the ready bank, so a slot can no longer be re-run: a row the gate would drop keeps its
+    place with verdict ``exclude``, ``gate_weight`` 0 and no kept token (it leaves the loss
+    and its normaliser; the group's advantages are unchanged). Corrections use
+    ``config.correction`` (its ``mode``) over the measured rows together.
+    """
+    cfg = config or StalenessConfig()
+    judge = gate or StalenessGate(GateConfig(enabled=False))
+    decisions: list[GateDecision] = []
+    scored: dict[str, ScoredTokens] = {}
+    divergence: dict[str, DivergenceStats | None] = {}
+    for group in batch.groups:
+        members = [GroupMember(t, current.get(t.trajectory_id)) for t in group.trajectories]
+        judged = judge_group(judge, group.group_id, members, current_version, cfg.estimators)
+        decisions.extend(judged.decision.decisions)
+        scored.update(judged.scored)
+        divergence.update(judged.divergence)
+    rows_scored = list(scored.values())
+    results, correction_stats = batch_corrections(rows_scored, cfg.correction)
+    corrections = {s.trajectory_id: r for s, r in zip(rows_scored, results, strict=True)}
+    values: dict[str, dict[str, Any]] = {}
+    trajs = {t.trajectory_id: t for t in batch.trajectories}
+    for d in decisions:
+        t = trajs[d.trajectory_id]
+        row = row_values(
+            d if d.keep else replace(d, verdict=Verdict.ADMIT),  # overwritten below
+            scored=scored.get(t.trajectory_id), correction=corrections.get(t.trajectory_id),
+            divergence=divergence[t.trajectory_id], loss_mask=t.loss_mask,
+            scorer_version=current_version,
+        )
+        if not d.keep:
+            row.update(gate_verdict=Verdict.EXCLUDE.value, gate_weight=0.0,
+                       is_weights=[0.0] * len(t.loss_mask), is_keep=[0] * len(t.loss_mask))
+        values[t.trajectory_id] = row
+    pooled = batch_divergence(rows_scored, current_version, cfg.estimators) if rows_scored else None
+    report = staleness_report(
+        pooled, decisions, correction=correction_stats if rows_scored else None,
+        current_version=current_version, scorer=scorer,
+    )
+    out = replace(batch, staleness=StalenessColumns(values, report))
+    return BatchScoring(out, pooled, tuple(decisions), corrections, report)

@@ -29,6 +29,19 @@ Clip: ``min(r * A, clip(r, 1 - clip_low, 1 + clip_high) * A)`` per token (``clip
 (``k3 = exp(l_base - l) - (l_base - l) - 1``, Schulman's non-negative unbiased estimator),
 aggregated like the surrogate; the reference is the initial weights (the base model with the
 LoRA adapter disabled, or a frozen copy for full fine-tuning).
+
+Staleness correction (``correction``, issue #11; :mod:`rollbank.training.correction`): a
+schema-v2 batch carries per-token importance weights ``is_weights``, a keep mask ``is_keep``
+and a per-row gate weight ``gate_weight``. With ``correction.mode != "none"`` the loss uses
+``mask = loss_mask * is_keep`` (rejected tokens leave the numerator *and* the normaliser) and
+``token_weights = is_weights * gate_weight[:, None]``. The weights estimate ``pi_old / mu``
+(current policy over behaviour), i.e. the decoupled objective of Yao et al. (TIS): they belong
+with ``ratio_against = "recompute"``. With ``ratio_against = "behaviour"`` the PPO ratio is
+already ``pi / mu``, so multiplying by ``is_weights`` would count ``rho`` twice: the step then
+applies the keep mask and the gate weight only. If the batch's weights were computed with
+another mode than ``correction.mode`` and its rows carry ``current_logprobs``, the step
+recomputes them with ``correction``. ``mode = "none"``: ``is_weights``/``is_keep`` are
+ignored; the gate weight still applies (it is the gate's decision, not a correction).
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rollbank.config import Section
+from rollbank.staleness.config import CorrectionConfig
 
 LossAgg = Literal["token-mean", "sequence-mean"]
 RatioAgainst = Literal["behaviour", "recompute"]
@@ -83,6 +97,11 @@ class TrainerConfig(Section):
     ratio_against: RatioAgainst = Field(
         default="behaviour",
         description="denominator of the PPO ratio: engine log-probs or the trainer's recompute",
+    )
+    correction: CorrectionConfig = Field(
+        default_factory=CorrectionConfig,
+        description="the staleness correction the loss applies (mode and caps; default: the "
+        "staleness package's default, token TIS with cap 2); see the module doc",
     )
     clip_low: float = Field(default=0.2, ge=0, lt=1, description="PPO clip epsilon below 1 (ratio >= 1 - clip_low)")
     clip_high: float = Field(default=0.2, ge=0, description="PPO clip epsilon above 1 (ratio <= 1 + clip_high)")

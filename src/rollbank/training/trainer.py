@@ -32,6 +32,7 @@ from rollbank.batching.loader import TensorBatch
 from rollbank.inference.models import OFFLINE_ENV, ensure_model
 from rollbank.training.checkpoint import copy_tokenizer, read_meta, write_version
 from rollbank.training.config import TrainerConfig
+from rollbank.training.correction import loss_inputs
 from rollbank.training.logprobs import causal_lm, token_logprobs
 from rollbank.training.loss import LossStats, policy_loss
 
@@ -188,12 +189,20 @@ class Trainer:
         return out
 
     def step(self, batch: TensorBatch, *, token_weights: torch.Tensor | None = None) -> StepResult:
-        """One optimizer step on ``batch``; ``token_weights`` ([B, T], detached) scale the surrogate."""
+        """One optimizer step on ``batch``.
+
+        The loss uses the batch's staleness columns (``is_keep`` in the mask and normaliser,
+        ``is_weights * gate_weight`` as token weights; rules in
+        :mod:`rollbank.training.config`, ``correction``). An explicit ``token_weights``
+        ([B, T], detached) replaces the batch-derived weights (the keep mask still applies).
+        """
         t0 = time.perf_counter()
         cfg = self.config
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        mask = batch.loss_mask
+        mask, batch_weights = loss_inputs(batch, cfg)
+        if token_weights is None:
+            token_weights = batch_weights
         totals = {
             "total_tokens": float(mask.sum().item()),
             "total_sequences": float((mask.sum(dim=1) > 0).sum().item()),
@@ -205,11 +214,12 @@ class Trainer:
             logp = self._logprobs(mb)
             old = logp.detach() if cfg.ratio_against == "recompute" else mb.old_logprobs
             ref = self._reference_logprobs(mb) if cfg.kl_coef > 0 else None
+            width = mb.input_ids.shape[1]
             weights = None
             if token_weights is not None:
-                weights = token_weights[mb.start:mb.stop, : mb.input_ids.shape[1]]
+                weights = token_weights[mb.start:mb.stop, :width]
             loss, st = policy_loss(
-                logp, old, mb.advantages, mb.loss_mask, clip_low=cfg.clip_low,
+                logp, old, mb.advantages, mask[mb.start:mb.stop, :width], clip_low=cfg.clip_low,
                 clip_high=cfg.clip_high, loss_agg=cfg.loss_agg, ref_logp=ref,
                 kl_coef=cfg.kl_coef, token_weights=weights, **totals,
             )
