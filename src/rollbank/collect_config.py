@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rollbank.config import Origins, Section, apply_overrides, read_toml, validate
 from rollbank.episodes.config import RunnerConfig, SandboxSection
@@ -125,6 +125,15 @@ class CollectConfig(Section):
     )
     sandbox: SandboxSection = Field(default_factory=lambda: SandboxSection.model_validate({}), description="sandboxes")
     metrics: MetricsSection = Field(default_factory=lambda: MetricsSection.model_validate({}), description="reporting")
+
+    @model_validator(mode="after")
+    def _context_fits_the_servers(self) -> CollectConfig:
+        served = self.inference.managed.max_model_len
+        if self.inference.kind == "managed" and self.runner.max_model_len > served:
+            raise ValueError(
+                f"runner.max_model_len ({self.runner.max_model_len}) exceeds the managed servers' "
+                f"inference.managed.max_model_len ({served}): prompts would be refused mid-episode")
+        return self
 
 
 def make_harness_for(config: CollectConfig) -> Harness:

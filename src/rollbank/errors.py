@@ -128,13 +128,8 @@ class InvalidLogprobError(InferenceError):
         super().__init__(message, server=server, request_id=request_id)
 
 
-# ---------------------------------------------------------------- verifier boundary (infra)
-class VerifierError(RollbankError):
-    """The verifier itself failed (crash, timeout, no reward written). Maps to infra_failure."""
-
-
-class VerifierTimeoutError(VerifierError):
-    """The verifier exceeded its own timeout."""
+# A verifier's own failures (crash, timeout, no reward) are data, not exceptions: they come back
+# in the verdict (``episodes.attribution.VerifierVerdict.error``) and attribution decides them.
 
 
 # ---------------------------------------------------------------- orchestration (bugs, not episodes)

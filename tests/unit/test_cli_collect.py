@@ -47,3 +47,9 @@ def test_set_into_a_value_is_a_usage_error_not_a_traceback(capsys: pytest.Captur
 def test_bad_flag_value_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["collect", "--groups", "-1"]) == 2
     assert "--groups" in capsys.readouterr().err
+
+
+def test_runner_context_must_fit_the_managed_servers() -> None:
+    with pytest.raises(Exception, match=r"runner.max_model_len \(4096\) exceeds.*--runner.max-model-len"):
+        _config("--runner.max-model-len", "4096")
+    assert _config("--runner.max-model-len", "4096", "--inference.managed.max-model-len", "4096")

@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from rollbank.batching.batch import Batch
+from rollbank.errors import InputError
 
 SCHEMA_VERSION = "2"
 READABLE_VERSIONS = ("1", "2")  # major versions this reader accepts (1 is upgraded on read)
@@ -148,8 +149,9 @@ def columns_table(schema: pa.Schema = SCHEMA) -> str:
     return "\n".join(f"{a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows)
 
 
-class SchemaError(ValueError):
-    """A table is not a rollbank trajectory batch of a version this code reads."""
+class SchemaError(InputError):
+    """A table is not a rollbank trajectory batch of a version this code reads (bad input:
+    the message names the batch directory or file)."""
 
 
 def batch_summary(batch: Batch) -> dict[str, Any]:

@@ -116,6 +116,9 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "runner.step_timeout_s": args.step_timeout,
         "runner.verifier_slots": args.verifier_slots,
         "runner.max_model_len": 4096 if args.workload == "trace" else 2048,
+        # the servers must serve that context (found by the config's cross-check: the trace
+        # arms let the runner build prompts up to 4096 tokens for 2048-token servers)
+        "inference.managed.max_model_len": 4096 if args.workload == "trace" else 2048,
         "workload.kind": args.workload,
         "scheduler.mode": "optimized" if lv["bank"] else "naive",
         "scheduler.groups_per_batch": args.groups,

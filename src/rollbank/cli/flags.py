@@ -37,6 +37,11 @@ class Flag:
     help: str
     metavar: str
     is_list: bool
+    is_bool: bool = False  # ``--flag`` alone means true; ``--flag false`` also works
+
+    @property
+    def nargs(self) -> str | None:
+        return "+" if self.is_list else "?" if self.is_bool else None
 
     @property
     def option(self) -> str:
@@ -90,6 +95,7 @@ def flags_of(model: type[BaseModel], prefix: str = "") -> Iterator[Flag]:
             help=(field.description or "").replace("%", "%%"),
             metavar=_metavar(field.annotation),
             is_list=_is_list(field.annotation),
+            is_bool=field.annotation is bool,
         )
 
 
@@ -122,7 +128,7 @@ def add_config_flags(
             raise ValueError(f"alias {alias} names no config field {key!r}")
         f = by_key[key]
         parser.add_argument(
-            alias, dest="cfg:" + key, metavar=f.metavar, nargs="+" if f.is_list else None,
+            alias, dest="cfg:" + key, metavar=f.metavar, nargs=f.nargs, const="true",
             default=argparse.SUPPRESS, action=_Store,
             help=f.help if alias == f.option else f"{f.help} (= {f.option})",
         )
@@ -130,7 +136,7 @@ def add_config_flags(
         if f.option in (aliases or {}):
             continue  # the alias is this very spelling
         group.add_argument(
-            f.option, dest="cfg:" + f.key, metavar=f.metavar, nargs="+" if f.is_list else None,
+            f.option, dest="cfg:" + f.key, metavar=f.metavar, nargs=f.nargs, const="true",
             default=argparse.SUPPRESS, help=f.help, action=_Store,
         )
     return flags

@@ -48,11 +48,10 @@ from rollbank.episodes.attribution import (
     needs_replay,
 )
 from rollbank.episodes.harnesses import Command
-from rollbank.episodes.outcome import Reason
 from rollbank.episodes.sources import Acquired, SandboxSource, Verifier
 from rollbank.episodes.tools import ToolExecutor
 from rollbank.episodes.validate import VerifyBaseline, load_baseline
-from rollbank.errors import RollbankError, SandboxError, VerifierError, VerifierTimeoutError
+from rollbank.errors import RollbankError, SandboxError
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import Task
 
@@ -194,10 +193,6 @@ class Counterfactual:
         t0 = self.clock.now()
         try:
             verdict = await self.verifier.verify(acq.sandbox, task)
-        except VerifierTimeoutError as exc:
-            verdict = VerifierVerdict(None, error=Reason.VERIFIER_TIMEOUT, detail=str(exc))
-        except VerifierError as exc:
-            verdict = VerifierVerdict(None, error=Reason.VERIFIER_CRASH, detail=str(exc))
         except SandboxError as exc:
             return None, f"pristine sandbox failed during the re-verify: {exc}"
         finally:
@@ -280,8 +275,7 @@ class Counterfactual:
             return ReplayEvidence(ReplayState.REPRODUCED, "verify", None, Probe(
                 ProbeState.DEAD, 0.0, f"{type(exc).__name__}: {exc}"), verified=True,
                 memory_limit_hit=mem, pids_limit_hit=pids)
-        except VerifierError:
-            pass  # the verifier's own verdict is not the question; the fork's health is
+        # the verifier's own verdict is not the question here; the fork's health is
         probe = await self.probe(fork)
         state = ReplayState.HEALTHY if probe.state is ProbeState.OK else ReplayState.REPRODUCED
         return ReplayEvidence(state, "verify" if state is ReplayState.REPRODUCED else None, None,

@@ -47,12 +47,12 @@ from rollbank.episodes.attribution import (
 from rollbank.episodes.counterfactual import Counterfactual, ReplaySpec
 from rollbank.episodes.episode_file import SCHEMA, EpisodeFile, StepEntry, parse_episode
 from rollbank.episodes.harnesses import ActionKind, Harness
-from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.outcome import EpisodeOutcome
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.steps import StepRun, run_sequence
 from rollbank.episodes.tools import ToolExecutor
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.errors import InputError, SandboxError, VerifierError
+from rollbank.errors import InputError, SandboxError
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import Task
 
@@ -312,7 +312,7 @@ async def _decide(judge: Counterfactual, end: LoopEnd, evidence: dict[str, Any],
         exp = await judge.after_step_timeout(sandbox, task, spec)
     if end in VERIFIABLE and not stalled(exp):
         try:
-            verdict = await _verify(verifier, sandbox, task)
+            verdict = await verifier.verify(sandbox, task)
         except SandboxError as exc:
             end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": str(exc)}
     if needs_experiment(end, verdict):
@@ -346,9 +346,3 @@ async def _replay_step(step: StepEntry, harness: Harness, executor: ToolExecutor
     return StepReplay(step.index, action.command_text,
                       got == recorded and action.command_text == step.action, recorded, got)
 
-
-async def _verify(verifier: Verifier, sandbox: Sandbox, task: Task) -> VerifierVerdict:
-    try:
-        return await verifier.verify(sandbox, task)
-    except VerifierError as exc:
-        return VerifierVerdict(None, error=Reason.VERIFIER_CRASH, detail=str(exc))

@@ -66,8 +66,6 @@ from rollbank.errors import (
     BuildError,
     InferenceError,
     SandboxError,
-    VerifierError,
-    VerifierTimeoutError,
 )
 from rollbank.inference.protocol import GenerateRequest, InferenceClient, Tokenizer
 from rollbank.routing import Router, RouteRequest
@@ -348,10 +346,6 @@ class EpisodeRunner:
         died: str | None = None
         try:
             verdict = await self.verifier.verify(sandbox, task)
-        except VerifierTimeoutError as exc:
-            verdict = VerifierVerdict(None, error=Reason.VERIFIER_TIMEOUT, detail=str(exc))
-        except VerifierError as exc:
-            verdict = VerifierVerdict(None, error=Reason.VERIFIER_CRASH, detail=str(exc))
         except SandboxError as exc:
             verdict = VerifierVerdict(None, error=Reason.VERIFIER_CRASH, detail=str(exc))
             died = f"{type(exc).__name__}: {exc}"

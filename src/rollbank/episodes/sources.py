@@ -42,6 +42,13 @@ class SandboxSource(Protocol):
 
 
 class Verifier(Protocol):
+    """Scores a finished episode's sandbox.
+
+    A verifier reports its own failures (crash, timeout, no reward written, a host-stalled
+    run) in the verdict's ``error``; it raises only :class:`~rollbank.errors.SandboxError`,
+    when the sandbox under it failed.
+    """
+
     async def verify(self, sandbox: Sandbox, task: Task) -> VerifierVerdict: ...
 
 
