@@ -55,9 +55,9 @@ class ColocatedEngine:
     """``vllm.LLM`` in this process, stepped under :attr:`lock`."""
 
     def __init__(self, model_dir: Path, *, dtype: str = "float32", max_model_len: int = 1024,
-                 kv_cache_gib: float = 1.0, seed: int = 0, **llm_kwargs: Any) -> None:
+                 kv_cache_gib: int = 1, seed: int = 0, **llm_kwargs: Any) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)  # whole GiB on vLLM CPU
         from vllm import LLM
 
         self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
