@@ -16,7 +16,12 @@ import pytest
 
 from rollbank.errors import WeightMismatchError
 from rollbank.inference.models import ensure_model
-from rollbank.inference.publishing import ColocatedEngine, ColocatedPublisher, ServedWeights, WeightUpdate
+from rollbank.inference.publishing import (
+    ColocatedEngine,
+    ColocatedPublisher,
+    ServedWeights,
+    WeightUpdate,
+)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -3,8 +3,9 @@ measurement, compact diffs (the real-vLLM checks are in tests/integration/test_p
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +189,7 @@ async def test_direct_engine_dies_halfway_rolls_back_the_others(tmp_path: Path) 
 
 
 async def test_mismatched_shapes_are_refused_before_any_pause(tmp_path: Path) -> None:
-    engines, log, pub = fleet_of(2, tmp_path)
+    _, log, pub = fleet_of(2, tmp_path)
     bad = dict(base_weights())
     bad["model.layers.0.mlp.down_proj.weight"] = torch.zeros(5, 3)
     with pytest.raises(WeightMismatchError) as info:
@@ -250,6 +251,11 @@ class FakeInProcess:
         self.version = 0
         self.loads = 0
         self.fail_on_load = -1
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        with self.lock:
+            yield
 
     def load_weights(self, pairs: Sequence[tuple[str, Any]]) -> None:
         assert self.lock.locked()

@@ -1,4 +1,4 @@
-"""`rollbank bench {sandbox,routing,collect,schedule}`: benchmarks that print JSON.
+"""`rollbank bench {sandbox,routing,collect,schedule,publish}`: benchmarks that print JSON.
 
 Each benchmark module exposes ``add_arguments(parser)`` (cheap) and ``run(args) -> int``
 (heavy imports inside)."""
@@ -14,6 +14,7 @@ BENCHES = {
     "routing": "rollbank.bench.routing",
     "collect": "rollbank.bench.collect",
     "schedule": "rollbank.bench.schedule",
+    "publish": "rollbank.bench.publish",
 }
 
 

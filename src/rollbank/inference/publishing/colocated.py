@@ -16,10 +16,13 @@ with their partial tokens). ``finish`` is not offered: this engine has no admiss
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,7 +41,9 @@ from rollbank.inference.publishing.state import ServedWeights, validate
 class InProcessEngine(Protocol):
     """What the colocated publisher needs from an in-process engine (fakes implement it)."""
 
-    lock: threading.Lock
+    def hold(self) -> AbstractContextManager[None]:
+        """Stop generation between two engine steps until the block exits."""
+        ...
 
     def load_weights(self, pairs: Sequence[tuple[str, Any]]) -> None: ...
 
@@ -64,12 +69,26 @@ class ColocatedEngine:
                        enable_prefix_caching=True, **llm_kwargs)
         self.engine = self.llm.llm_engine
         self.lock = threading.Lock()
+        self._publisher_waiting = threading.Event()
         self._ids = itertools.count()
         self._done: dict[str, Any] = {}
+        self._seen: dict[str, int] = {}
+        self.tokens_generated = 0  # output tokens produced by this engine so far
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        self._publisher_waiting.set()  # the stepping thread yields the lock at its next step
+        try:
+            with self.lock:
+                self._publisher_waiting.clear()
+                yield
+        finally:
+            self._publisher_waiting.clear()
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Any) -> list[Any]:
-        """Generate (blocking; call from a thread). Steps the engine one step per lock hold,
-        so a publication can slip in between two steps."""
+        """Generate (blocking; call from a thread): one ``RequestOutput`` per prompt, None for
+        a request aborted by a publication. Steps the engine one step per lock hold, so a
+        publication can slip in between two steps."""
         rids = []
         with self.lock:
             for p in prompts:
@@ -77,11 +96,17 @@ class ColocatedEngine:
                 self.engine.add_request(rid, {"prompt_token_ids": list(p)}, sampling)
                 rids.append(rid)
         while not all(r in self._done for r in rids):
+            while self._publisher_waiting.is_set():
+                time.sleep(0.0005)
             with self.lock:
                 if all(r in self._done for r in rids):
                     break
                 for out in self.engine.step():
+                    n = len(out.outputs[0].token_ids) if out.outputs else 0
+                    self.tokens_generated += n - self._seen.get(out.request_id, 0)
+                    self._seen[out.request_id] = n
                     if out.finished:
+                        self._seen.pop(out.request_id, None)
                         self._done[out.request_id] = out
         return [self._done.pop(r) for r in rids]
 
@@ -99,9 +124,14 @@ class ColocatedEngine:
         return bool(self.engine.reset_prefix_cache())
 
     def abort_all(self) -> int:
+        """Abort every running request (under :meth:`hold`); :meth:`generate` returns None for
+        each of them: with this engine the abort plan drops partial tokens."""
         ids = list(self.engine.output_processor.request_states)
         if ids:
             self.engine.abort_request(ids)
+        for rid in ids:
+            self._seen.pop(rid, None)
+            self._done[rid] = None
         return len(ids)
 
 
@@ -134,7 +164,7 @@ class ColocatedPublisher:
         """Under the lock (generation stopped): load, name, reset; roll back on failure."""
         eng = self.engine
         wait0 = self.clock.now()
-        with eng.lock:
+        with eng.hold():
             paused_at = self.clock.now()
             steps["wait_step_s"] = paused_at - wait0
             if self.plan == "abort":
