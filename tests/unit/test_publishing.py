@@ -74,8 +74,8 @@ class FakeEngine:
         self._call("resume")
         self.paused = False
 
-    async def reset_prefix_cache(self) -> None:
-        self._call("reset")
+    async def reset_prefix_cache(self, *, attempts: int = 20, reset_running_requests: bool = False) -> None:
+        self._call("reset-running" if reset_running_requests else "reset")
 
     async def engine_version(self, request_id: str | None = None) -> int:
         if self.dead:
@@ -158,7 +158,7 @@ async def test_direct_safe_order_compact_and_versions(tmp_path: Path) -> None:
     calls = [c.split(":")[0] for c in log]
     assert len(calls) == 14 and sorted(calls[4:10]) == sorted(["start", "update", "finish"] * 2)
     assert calls[:4] == ["init", "init", "pause-keep", "pause-keep"]
-    assert calls[-4:] == ["reset", "reset", "resume", "resume"]
+    assert calls[-4:] == ["reset-running", "reset-running", "resume", "resume"]  # frozen: recompute
     # k changed: the whole fused q/k/v parameter is sent, nothing else
     assert rec.tensors == 3 and rec.ok and rec.serving == {"s0": 3, "s1": 3}
     for e in engines:

@@ -304,10 +304,13 @@ class VLLMClient:
         resp = await self._send("GET", "/is_paused")
         return bool(resp.json()["is_paused"])
 
-    async def reset_prefix_cache(self, *, attempts: int = 20) -> None:
-        """Reset; vLLM refuses while blocks are held (running requests), so retry briefly."""
+    async def reset_prefix_cache(self, *, attempts: int = 20, reset_running_requests: bool = False) -> None:
+        """Reset; vLLM refuses while blocks are held (running requests), so retry briefly.
+        ``reset_running_requests``: preempt running (or paused-in-place) requests so their KV
+        is recomputed, which lets the reset succeed at once."""
+        params = {"reset_running_requests": "true"} if reset_running_requests else None
         for i in range(attempts):
-            resp = await self._send("POST", "/reset_prefix_cache")
+            resp = await self._send("POST", "/reset_prefix_cache", params=params)
             if resp.json().get("success", True):
                 return
             await asyncio.sleep(0.05 * (i + 1))

@@ -2,7 +2,10 @@
 
 close admission -> pause every server (in-flight plan) -> apply on every server (the
 pattern's step: reload a checkpoint, or the weight-sync routes; the step names the version on
-the engine) -> reset every prefix cache -> resume -> reopen admission. Each step starts only
+the engine) -> reset every prefix cache -> resume -> reopen admission. With the ``pause``
+plan (requests frozen in place) the reset preempts the frozen requests, whose KV is then
+recomputed with the new weights after the resume (``keep_kv=True`` keeps their old KV and
+skips the reset instead). Each step starts only
 when the previous one finished on all servers, so no server resumes before every server
 holds the new weights.
 
@@ -37,7 +40,7 @@ class FleetClient(Protocol):
 
     async def resume(self) -> None: ...
 
-    async def reset_prefix_cache(self) -> None: ...
+    async def reset_prefix_cache(self, *, attempts: int = 20, reset_running_requests: bool = False) -> None: ...
 
     async def engine_version(self, request_id: str | None = None) -> int: ...
 
@@ -55,6 +58,7 @@ class Fleet:
         plan: InflightPlan = "finish",
         gate: AdmissionGate | None = None,
         clock: Clock | None = None,
+        keep_kv: bool = False,
     ) -> None:
         if not clients:
             raise ValueError("a fleet needs at least one server")
@@ -64,6 +68,16 @@ class Fleet:
         for c in self.clients:
             c.set_admission(self.gate)
         self.clock = clock or MonotonicClock()
+        self.keep_kv = keep_kv
+
+    async def _reset(self, mode: PauseMode) -> list[BaseException | None]:
+        if mode != "keep":  # nothing runs: the reset succeeds (retried while blocks drain)
+            return await self.all("reset", lambda c: c.reset_prefix_cache())
+        if self.keep_kv:  # requests frozen in place keep their pre-update KV, by choice
+            return []
+        # frozen requests hold blocks: preempt them so their KV is recomputed with the new
+        # weights after the resume, and the prefix cache can be emptied now
+        return await self.all("reset", lambda c: c.reset_prefix_cache(attempts=2, reset_running_requests=True))
 
     async def all(self, name: str, step: Step) -> list[BaseException | None]:
         async def one(c: FleetClient) -> BaseException | None:
@@ -120,9 +134,8 @@ class Fleet:
                         await self.all("rollback", rollback)
                     steps["rollback_s"] = self.clock.now() - t3
             t4 = self.clock.now()
-            # With plan "pause" kept requests hold cache blocks and vLLM may refuse the reset;
-            # that is recorded, not fatal (their KV predates the update by design).
-            reset_errors = await self.all("reset", lambda c: c.reset_prefix_cache())
+            # A refused reset is recorded, not fatal: the weights are consistent either way.
+            reset_errors = await self._reset(mode)
             steps["reset_s"] = (t5 := self.clock.now()) - t4
             steps["cache_reset_failed"] = float(sum(e is not None for e in reset_errors))
             await self.all("resume", lambda c: c.resume())

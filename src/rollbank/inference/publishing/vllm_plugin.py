@@ -21,6 +21,7 @@ its ``pyproject.toml``, so the backend exists wherever rollbank is installed.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,11 @@ def _engine_class() -> type[Any]:
         initialize_layerwise_reload,
     )
 
+    from vllm.logger import init_logger
+
     from rollbank.inference.publishing.shm import SHM_DIR, ShmLayout, map_file, views
+
+    logger = init_logger("vllm.rollbank_shm")  # under "vllm": printed in the server log
 
     @dataclass
     class ShmInitInfo(WeightTransferInitInfo):  # type: ignore[misc]
@@ -97,9 +102,12 @@ def _engine_class() -> type[Any]:
                 update_info.names, update_info.dtype_names, update_info.shapes,
                 update_info.offsets, update_info.nbytes,
             )
+            t0 = time.perf_counter()
             buf = map_file(path, layout.nbytes, writable=False)
             with torch.no_grad():
                 self.model.load_weights(views(buf, layout))
+            logger.info("rollbank_shm: loaded %d tensors (%d bytes) in %.1f ms",
+                        len(layout.names), layout.nbytes, 1e3 * (time.perf_counter() - t0))
 
         def finish_weight_update(self) -> None:
             finalize_layerwise_reload(self.model, self.model_config)
