@@ -166,3 +166,33 @@ async def test_lora_publication_serves_the_adapter(client: VLLMClient, tmp_path:
     print("lora:", rec.to_dict())
     plain = await sample(client, "l2")  # base weights stay available without the adapter
     assert close(plain.logprobs, reference_logprobs(base, plain.token_ids))
+
+
+async def test_a_request_spanning_a_pause_plan_publication_carries_both_versions(client: VLLMClient) -> None:
+    """Plan ``pause``: the request is frozen, the weights swapped, its KV recomputed; the
+    engine tags its tokens before the swap with the old version and after with the new."""
+    import asyncio
+
+    base = base_state()
+    v0 = client.policy_version
+    pub = DirectPublisher([client], ServedWeights.from_checkpoint(ensure_model("tiny")), plan="pause",
+                          version=v0)
+    try:
+        req = GenerateRequest("span", [11, 12, 13], SamplingParams(max_tokens=300, min_tokens=300))
+        before = (await client.metrics()).generation_tokens
+        task = asyncio.create_task(client.generate(req))
+        while True:  # until it is decoding
+            if (await client.metrics()).generation_tokens >= before + 8:
+                break
+            await asyncio.sleep(0.05)
+        assert not task.done()
+        rec = await pub.publish(WeightUpdate(tensors=perturbed(base, seed=9)), version=v0 + 1)
+        r = await task
+        assert r.finish_reason == "length" and len(r.token_versions) == 300
+        assert r.token_versions[0] == v0 and r.token_versions[-1] == rec.version
+        switch = r.token_versions.index(rec.version)
+        assert set(r.token_versions[:switch]) == {v0} and set(r.token_versions[switch:]) == {rec.version}
+        print("span: switch at token", switch, rec.to_dict()["steps_s"])
+        await pub.publish(WeightUpdate(tensors=base), version=rec.version + 1)
+    finally:
+        await pub.aclose()

@@ -52,12 +52,11 @@ def _engine_class() -> type[Any]:
         WeightTransferInitInfo,
         WeightTransferUpdateInfo,
     )
+    from vllm.logger import init_logger
     from vllm.model_executor.model_loader.reload import (
         finalize_layerwise_reload,
         initialize_layerwise_reload,
     )
-
-    from vllm.logger import init_logger
 
     from rollbank.inference.publishing.shm import SHM_DIR, ShmLayout, map_file, views
 
