@@ -317,3 +317,18 @@ async def test_lora_failed_load_unloads_and_never_pauses(tmp_path: Path) -> None
     assert pub.adapter == "policy-v1" and [e.version for e in engines] == [1, 1]
     with pytest.raises(ConfigError):
         LoraPublisher(engines, plan="pause")
+
+
+async def test_direct_sends_everything_to_a_fleet_with_a_restarted_server(tmp_path: Path) -> None:
+    engines, _, pub = fleet_of(2, tmp_path)
+    base = base_weights()
+    new = dict(base)
+    new["model.embed_tokens.weight"] = new["model.embed_tokens.weight"] + 1
+    assert (await pub.publish(WeightUpdate(tensors=new), version=1)).tensors == 1  # compact
+    engines[1].version, engines[1].weights = 0, dict(base)  # restarted on the checkpoint
+    newer = dict(new)
+    newer["model.layers.0.mlp.down_proj.weight"] = newer["model.layers.0.mlp.down_proj.weight"] + 1
+    rec = await pub.publish(WeightUpdate(tensors=newer), version=2)
+    assert rec.tensors == 5 and rec.steps_s["drifted"] == 1.0
+    assert all(torch.equal(engines[1].weights[n], newer[n]) for n in newer)  # no mix
+    await pub.aclose()

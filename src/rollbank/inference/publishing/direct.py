@@ -9,8 +9,10 @@ Control plane: vLLM 0.32's native weight-sync routes, per server
 the pause. Same host only.
 
 Compact updates (``compact=True``): only tensors that differ from what the engines serve are
-sent (whole fused parameters: q/k/v, gate/up). Rollback re-sends the previous values of the
-tensors that were sent, from the trainer-side copy (:class:`ServedWeights`).
+sent (whole fused parameters: q/k/v, gate/up), unless a server reports another version than
+the last one installed (e.g. it was restarted onto the checkpoint's weights): then the whole
+state goes out. Rollback re-sends the previous values of the tensors that were sent, from the
+trainer-side copy (:class:`ServedWeights`).
 """
 
 from __future__ import annotations
@@ -117,7 +119,12 @@ class DirectPublisher:
                  serving={c.base_url: self._version for c in self.clients})
         steps: dict[str, float] = {}
         t0 = self.clock.now()
-        send = self.served.changed(tensors, compact=self.compact)
+        # A server that does not report the version we last installed (restarted: back to the
+        # checkpoint's weights) would get a mix from a compact update: send everything then.
+        versions, _ = await self.fleet.serving()
+        drifted = any(v != self._version for v in versions.values())
+        steps["drifted"] = float(drifted)
+        send = self.served.changed(tensors, compact=self.compact and not drifted)
         previous = self.served.previous_of(send)
         steps["diff_s"] = (t1 := self.clock.now()) - t0
         await self._init()
