@@ -39,8 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--publications", type=int, default=5, help="publications per pattern x plan")
     a("--load", type=int, default=4, help="concurrent generation loops during the publications")
     a("--max-tokens", type=int, default=64, help="tokens per load request")
-    a("--model", default="tiny", help="model of the engines ('tiny')")
+    a("--model", default="tiny", help="model of the engines ('tiny', 'gemma-3-270m')")
     a("--out", type=Path, default=None, help="also write the JSON here")
+
+
+def _dtype(model: str) -> str | None:
+    return "float32" if model == "tiny" else None  # tiny is fp32; others serve their own dtype
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -64,6 +68,29 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def random_lora(model_dir: Path, out: Path, *, seed: int, rank: int = 8) -> Path:
+    """A random PEFT adapter (q_proj, v_proj) for any model, from its safetensors headers."""
+    import torch
+    from safetensors.torch import save_file
+
+    from rollbank.inference.publishing.state import read_safetensors_meta
+
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, (shape, _) in read_safetensors_meta(model_dir).items():
+        if name.endswith(("q_proj.weight", "v_proj.weight")) and len(shape) == 2:
+            stem = "base_model.model." + name.removesuffix(".weight")
+            tensors[stem + ".lora_A.weight"] = 0.1 * torch.randn(rank, shape[1], generator=g)
+            tensors[stem + ".lora_B.weight"] = 0.1 * torch.randn(shape[0], rank, generator=g)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    (out / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(model_dir),
+        "r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0,
+        "target_modules": ["q_proj", "v_proj"], "bias": "none"}))
+    return out
+
+
 def _new_state(base: dict[str, Any], seed: int) -> dict[str, Any]:
     import torch
 
@@ -73,7 +100,7 @@ def _new_state(base: dict[str, Any], seed: int) -> dict[str, Any]:
 
 async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str] | None,
                   workdir: Path) -> dict[str, Any]:
-    from rollbank.inference.models import create_tiny_lora, ensure_model
+    from rollbank.inference.models import ensure_model
     from rollbank.inference.protocol import GenerateRequest, SamplingParams
     from rollbank.inference.publishing import (
         CheckpointPublisher,
@@ -85,7 +112,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
     from rollbank.inference.server import ManagedServers, ServerConfig
 
     model_dir = ensure_model(args.model)
-    cfg = ServerConfig(model=args.model, dtype="float32", enable_lora=True, kv_cache_gib=1,
+    cfg = ServerConfig(model=args.model, dtype=_dtype(args.model), enable_lora=True, kv_cache_gib=1,
                        weight_transfer_backend="rollbank_shm", run_dir=workdir / "servers")
     results: dict[str, Any] = {}
     async with ManagedServers(cfg) as ms:
@@ -99,7 +126,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
             rng = random.Random(i)
             n = 0
             while not stop.is_set():
-                prompt = [rng.randrange(3, 2000) for _ in range(32)]
+                prompt = [rng.randrange(3, 2000) for _ in range(32)]  # ids valid in both vocabularies
                 n += 1
                 with contextlib.suppress(Exception):
                     await client.generate(GenerateRequest(
@@ -133,7 +160,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                         seed += 1
                         version += 1
                         if pattern == "lora":
-                            path = await asyncio.to_thread(create_tiny_lora, model_dir,
+                            path = await asyncio.to_thread(random_lora, model_dir,
                                                            workdir / f"lora-{seed}", seed=seed)
                             update = WeightUpdate(path=str(path), lora=True)
                             ready = time.monotonic()
@@ -176,7 +203,7 @@ def _colocated(args: argparse.Namespace, plans: list[str] | None) -> dict[str, A
     )
 
     model_dir = ensure_model(args.model)
-    engine = ColocatedEngine(model_dir, dtype="float32", max_model_len=512, kv_cache_gib=1)
+    engine = ColocatedEngine(model_dir, dtype=_dtype(args.model) or "auto", max_model_len=512, kv_cache_gib=1)
     served = ServedWeights.from_checkpoint(model_dir)
     base = dict(served.tensors)
     results: dict[str, Any] = {}

@@ -8,8 +8,8 @@ an update between two steps: it takes the lock (generation stops), hands the wor
 (same objects, no HTTP, no disk, no serialisation), names the version on the engine, resets
 the prefix cache and releases the lock. Apply pause = lock held.
 
-In-flight plans: ``pause`` (default; running requests continue after the swap, their later
-tokens come from the new weights) and ``abort`` (running requests are aborted and returned
+In-flight plans: ``pause`` (default; running requests continue after the swap, their KV is
+recomputed and their later tokens come from the new weights) and ``abort`` (running requests are aborted and returned
 with their partial tokens). ``finish`` is not offered: this engine has no admission of its own.
 """
 
@@ -121,7 +121,9 @@ class ColocatedEngine:
         return parse_version_label(self.engine.get_weight_version(), server="colocated")
 
     def reset_prefix_cache(self) -> bool:
-        return bool(self.engine.reset_prefix_cache())
+        # running requests are preempted (their KV recomputed with the new weights), so the
+        # cache can be emptied between two steps
+        return bool(self.engine.reset_prefix_cache(reset_running_requests=True))
 
     def abort_all(self) -> int:
         """Abort every running request (under :meth:`hold`); :meth:`generate` returns None for
