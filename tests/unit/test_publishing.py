@@ -332,3 +332,13 @@ async def test_direct_sends_everything_to_a_fleet_with_a_restarted_server(tmp_pa
     assert rec.tensors == 5 and rec.steps_s["drifted"] == 1.0
     assert all(torch.equal(engines[1].weights[n], newer[n]) for n in newer)  # no mix
     await pub.aclose()
+
+
+async def test_a_failed_staging_write_is_refused_before_any_pause(tmp_path: Path) -> None:
+    engines, log, pub = fleet_of(2, tmp_path / "missing-dir")  # the write fails like a full disk
+    new = {n: t + 1 for n, t in base_weights().items()}
+    with pytest.raises(PublicationError) as info:
+        await pub.publish(WeightUpdate(tensors=new), version=1)
+    assert info.value.serving == {"s0": 0, "s1": 0}
+    assert not any(c.startswith(("pause", "start", "update")) for c in log)
+    assert all(e.version == 0 for e in engines) and pub.version == 0

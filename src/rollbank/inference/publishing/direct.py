@@ -127,9 +127,15 @@ class DirectPublisher:
         send = self.served.changed(tensors, compact=self.compact and not drifted)
         previous = self.served.previous_of(send)
         steps["diff_s"] = (t1 := self.clock.now()) - t0
-        await self._init()
-        layout = await asyncio.to_thread(self._buffer.write, send)  # staged during generation
-        rb_layout = await asyncio.to_thread(self._rollback_buffer.write, previous)
+        try:
+            await self._init()
+            layout = await asyncio.to_thread(self._buffer.write, send)  # staged during generation
+            rb_layout = await asyncio.to_thread(self._rollback_buffer.write, previous)
+        except OSError as exc:  # e.g. /dev/shm full: nothing was paused
+            self._buffer.close()
+            self._rollback_buffer.close()
+            raise PublicationError(f"staging the tensors failed: {exc}; engines keep version "
+                                   f"{self._version}", serving=versions) from exc
         steps["stage_s"] = self.clock.now() - t1
         prev_version = self._version
         record = await self.fleet.publish(

@@ -104,7 +104,9 @@ class ShmBuffer:
         if self.layout is None or self.layout != layout:
             self.close()
             with self.path.open("wb") as f:
-                f.truncate(layout.nbytes)  # ENOSPC surfaces here or on the copy below
+                # reserve the pages now: a full tmpfs raises ENOSPC here instead of SIGBUS on
+                # the first write through the mapping
+                os.posix_fallocate(f.fileno(), 0, layout.nbytes)
             self._buf = map_file(self.path, layout.nbytes, writable=True)
             self.layout = layout
         for (_, dst), t in zip(views(self._buf, layout), tensors.values(), strict=True):
