@@ -41,6 +41,7 @@ from pydantic import Field
 from rollbank.config import Section, cache_dir
 from rollbank.errors import InferenceError
 from rollbank.inference.models import OFFLINE_ENV, ensure_model
+from rollbank.inference.publishing import vllm_plugin as plugin
 from rollbank.inference.vllm_client import VLLMClient
 
 
@@ -207,6 +208,8 @@ class ManagedServers:
         if cfg.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank), "--max-loras", str(cfg.max_loras)]
         if cfg.weight_transfer_backend:
+            if cfg.weight_transfer_backend == plugin.BACKEND:
+                plugin.check_installed()
             cmd += ["--weight-transfer-config", json.dumps({"backend": cfg.weight_transfer_backend})]
         return cmd + list(cfg.extra_args)
 

@@ -29,6 +29,19 @@ from typing import Any
 BACKEND = "rollbank_shm"
 
 
+def check_installed() -> None:
+    """Raise :class:`ConfigError` unless vLLM will find the backend's entry point."""
+    from importlib.metadata import entry_points
+
+    from rollbank.errors import ConfigError
+
+    if not any(ep.name == BACKEND for ep in entry_points(group="vllm.general_plugins")):
+        raise ConfigError(
+            f"the {BACKEND!r} weight-transfer backend is not registered with vLLM: reinstall "
+            "rollbank into this environment (pip install --no-deps -e <repo>) so its "
+            "vllm.general_plugins entry point exists", field="weight_transfer_backend")
+
+
 def register() -> None:
     """vLLM general-plugin hook: register the backend (idempotent)."""
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
