@@ -50,6 +50,8 @@ class FakeEngine:
         self.loras: dict[str, str] = {}
         self.fail_lora = False
         self._pending: dict[str, Any] = {}
+        self.bad_paths: set[str] = set()
+        self.path = ""
 
     def _call(self, what: str) -> None:
         if self.dead:
@@ -108,6 +110,12 @@ class FakeEngine:
         self.weights.update(self._pending)
         if version is not None:
             self.version = version
+
+    async def reload_weights(self, weights_path: str, *, version: int) -> None:
+        self._call(f"reload-{Path(weights_path).name}")
+        if weights_path in self.bad_paths:
+            raise EngineDeadError("reload failed", server=self._url)
+        self.path, self.version = weights_path, version
 
     # lora
     async def load_lora(self, name: str, path: str) -> None:
@@ -342,3 +350,24 @@ async def test_a_failed_staging_write_is_refused_before_any_pause(tmp_path: Path
     assert info.value.serving == {"s0": 0, "s1": 0}
     assert not any(c.startswith(("pause", "start", "update")) for c in log)
     assert all(e.version == 0 for e in engines) and pub.version == 0
+
+
+async def test_checkpoint_failed_reload_rolls_every_server_back(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from rollbank.inference.publishing import CheckpointPublisher
+
+    base_dir = tmp_path / "base"
+    base_dir.mkdir()
+    save_file(base_weights(), str(base_dir / "model.safetensors"))
+    log: list[str] = []
+    engines = [FakeEngine("a", log), FakeEngine("b", log)]
+    pub = CheckpointPublisher(engines, base_dir, root=tmp_path / "ckpts")
+    rec = await pub.publish(WeightUpdate(tensors={n: t + 1 for n, t in base_weights().items()}), version=1)
+    assert rec.ok and [e.path for e in engines] == [str(tmp_path / "ckpts" / "v1")] * 2
+    engines[1].bad_paths.add(str(tmp_path / "ckpts" / "v2"))
+    with pytest.raises(PublicationError) as info:
+        await pub.publish(WeightUpdate(tensors={n: t + 2 for n, t in base_weights().items()}), version=2)
+    assert info.value.serving == {"a": 1, "b": 1}  # both back on v1, reloaded from its directory
+    assert [e.path for e in engines] == [str(tmp_path / "ckpts" / "v1")] * 2
+    assert pub.version == 1 and "reload-v1:a" in log[log.index("reload-v2:a"):]
