@@ -118,6 +118,28 @@ class WeightVersionError(InferenceError):
     something rollbank cannot map to its integer versions): the tokens cannot be tagged."""
 
 
+class PublicationError(InferenceError):
+    """A weight publication did not complete. ``serving`` maps each engine to the version it
+    serves afterwards (one consistent version unless ``consistent`` is False, e.g. an engine
+    died); ``record`` is the publication's measurement record when there is one."""
+
+    def __init__(
+        self, message: str, *, serving: dict[str, int] | None = None, record: object | None = None
+    ) -> None:
+        self.serving = dict(serving or {})
+        self.record = record
+        super().__init__(message)
+
+    @property
+    def consistent(self) -> bool:
+        return len(set(self.serving.values())) <= 1
+
+
+class WeightMismatchError(PublicationError):
+    """The published tensors do not match the served model (unknown name, wrong shape or
+    dtype): refused before any engine was paused, so every engine keeps its version."""
+
+
 class InvalidLogprobError(InferenceError):
     """A generated token came back with a missing or non-finite behaviour log-prob."""
 

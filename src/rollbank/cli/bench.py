@@ -1,4 +1,5 @@
-"""`rollbank bench {sandbox,routing,collect,schedule,host}`: benchmarks that print JSON.
+"""`rollbank bench {sandbox,routing,collect,schedule,host,publish,train-step}`: benchmarks that
+print JSON.
 
 Each benchmark module exposes ``add_arguments(parser)`` (cheap) and ``run(args) -> int``
 (heavy imports inside)."""
@@ -15,6 +16,8 @@ BENCHES = {
     "collect": "rollbank.bench.collect",
     "schedule": "rollbank.bench.schedule",
     "host": "rollbank.bench.host",
+    "publish": "rollbank.bench.publish",
+    "train-step": "rollbank.bench.train_step",
 }
 
 

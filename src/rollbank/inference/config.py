@@ -73,6 +73,11 @@ class ServerConfig(Section):
     max_restarts: int = Field(default=3, ge=0, description="restarts per server before giving up")
     stop_timeout_s: float = Field(default=15.0, gt=0, description="SIGTERM grace before SIGKILL on stop")
     run_dir: Path | None = Field(default=None, description="where server logs go; None: cache_dir()/runs/serve-<time>")
+    weight_transfer_backend: str | None = Field(
+        default=None,
+        description="--weight-transfer-config backend for direct publication (vLLM's weight-sync "
+        "routes); 'rollbank_shm' is rollbank's CPU backend (vllm.general_plugins entry point)",
+    )
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM command-line flags")
     python: str | None = Field(default=None, description="python running vLLM; None: this interpreter")
 

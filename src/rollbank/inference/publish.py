@@ -1,7 +1,9 @@
 """Publish a checkpoint to every inference server in the documented safe order.
 
 Owns :class:`WeightPublisher` (:class:`AdmissionGate` lives in ``protocol.py`` and is
-re-exported here).
+re-exported here). The publication patterns behind one ``Publisher`` seam (checkpoint with
+validation and rollback, direct transfer, colocated, LoRA) are in
+:mod:`rollbank.inference.publishing`; this class stays as the minimal checkpoint path.
 
 Order (engine-apis-and-routing.md): close admission -> pause every server -> reload the
 weights on every server and name their version on the engine -> reset every prefix cache ->

@@ -29,6 +29,7 @@ import asyncio
 import atexit
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -44,6 +45,7 @@ from rollbank.errors import InferenceError
 from rollbank.inference.config import ServerConfig
 from rollbank.inference.host import HostFacts
 from rollbank.inference.models import OFFLINE_ENV, ensure_model
+from rollbank.inference.publishing import vllm_plugin as plugin
 from rollbank.inference.vllm_client import VLLMClient
 
 # Process groups still alive, killed at interpreter exit whatever happened.
@@ -163,6 +165,10 @@ class ManagedServers:
             cmd += ["--block-size", str(cfg.block_size)]
         if cfg.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(cfg.max_lora_rank), "--max-loras", str(cfg.max_loras)]
+        if cfg.weight_transfer_backend:
+            if cfg.weight_transfer_backend == plugin.BACKEND:
+                plugin.check_installed()
+            cmd += ["--weight-transfer-config", json.dumps({"backend": cfg.weight_transfer_backend})]
         return cmd + list(cfg.extra_args)
 
     def _host_args(self) -> list[str]:

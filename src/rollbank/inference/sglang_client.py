@@ -151,7 +151,9 @@ class SGLangClient(VLLMClient):
     async def is_paused(self) -> bool:
         return self._paused
 
-    async def reset_prefix_cache(self, *, attempts: int = 20) -> None:
+    async def reset_prefix_cache(self, *, attempts: int = 20, reset_running_requests: bool = False) -> None:
+        # SGLang's /flush_cache has no preemption mode: ``reset_running_requests`` is ignored
+        # and the flush is retried until running requests are gone.
         for i in range(attempts):
             try:
                 await self._send("POST", "/flush_cache")

@@ -304,10 +304,13 @@ class VLLMClient:
         resp = await self._send("GET", "/is_paused")
         return bool(resp.json()["is_paused"])
 
-    async def reset_prefix_cache(self, *, attempts: int = 20) -> None:
-        """Reset; vLLM refuses while blocks are held (running requests), so retry briefly."""
+    async def reset_prefix_cache(self, *, attempts: int = 20, reset_running_requests: bool = False) -> None:
+        """Reset; vLLM refuses while blocks are held (running requests), so retry briefly.
+        ``reset_running_requests``: preempt running (or paused-in-place) requests so their KV
+        is recomputed, which lets the reset succeed at once."""
+        params = {"reset_running_requests": "true"} if reset_running_requests else None
         for i in range(attempts):
-            resp = await self._send("POST", "/reset_prefix_cache")
+            resp = await self._send("POST", "/reset_prefix_cache", params=params)
             if resp.json().get("success", True):
                 return
             await asyncio.sleep(0.05 * (i + 1))
@@ -320,6 +323,29 @@ class VLLMClient:
             "/collective_rpc",
             json={"method": "reload_weights", "kwargs": {"weights_path": weights_path}},
         )
+        await self._send("POST", "/update_weight_version", json={"new_version": version_label(version)})
+        self._version = version
+
+    # vLLM's native weight-sync routes (a backend set by --weight-transfer-config moves the
+    # data; rollbank's CPU one is rollbank.inference.publishing.vllm_plugin).
+    async def init_weight_transfer_engine(self, init_info: Mapping[str, Any]) -> None:
+        await self._send("POST", "/init_weight_transfer_engine", json={"init_info": dict(init_info)})
+
+    async def start_weight_update(self) -> None:
+        await self._send("POST", "/start_weight_update")
+
+    async def update_weights(self, update_info: Mapping[str, Any]) -> None:
+        await self._send("POST", "/update_weights", json={"update_info": dict(update_info)})
+
+    async def finish_weight_update(self, *, version: int | None) -> None:
+        """Finalize the update; ``version`` (if given) is named on the engine."""
+        body = {"weight_version": None if version is None else version_label(version)}
+        await self._send("POST", "/finish_weight_update", json=body)
+        if version is not None:
+            self._version = version
+
+    async def set_weight_version(self, version: int) -> None:
+        """Name ``version`` on the engine without touching the weights."""
         await self._send("POST", "/update_weight_version", json={"new_version": version_label(version)})
         self._version = version
 

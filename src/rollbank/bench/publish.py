@@ -1,0 +1,266 @@
+"""Weight publication latency and apply pause per pattern x in-flight plan, under load.
+
+For each pattern (checkpoint, direct, lora on a managed vLLM server; colocated in this
+process) and in-flight plan, publish ``--publications`` new weight versions of the tiny model
+while ``--load`` generation loops keep the engine busy, and report p50/p95 of the publication
+latency (new weights ready -> engine serving them), the apply pause (generation stopped) and
+the tokens the engine generated during each publication. Full-model updates send every
+tensor (no compaction); LoRA updates are new random adapters of rank 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from rollbank.inference.publishing import InflightPlan
+
+PATTERN_PLANS: dict[str, tuple[str, ...]] = {
+    "checkpoint": ("finish", "pause"),
+    "direct": ("pause", "finish"),
+    "lora": ("finish", "abort"),
+    "colocated": ("pause", "abort"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--json", action="store_true", help="print one JSON object (the default output anyway)")
+    a("--patterns", default="checkpoint,direct,lora,colocated", help="comma-separated patterns")
+    a("--plans", default=None, help="comma-separated in-flight plans (default: each pattern's usual ones)")
+    a("--publications", type=int, default=5, help="publications per pattern x plan")
+    a("--load", type=int, default=4, help="concurrent generation loops during the publications")
+    a("--max-tokens", type=int, default=64, help="tokens per load request")
+    a("--model", default="tiny", help="model of the engines ('tiny', 'gemma-3-270m')")
+    a("--out", type=Path, default=None, help="also write the JSON here")
+
+
+def _dtype(model: str) -> str | None:
+    return "float32" if model == "tiny" else None  # tiny is fp32; others serve their own dtype
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    pub = [float(r["publication_s"]) for r in records]
+    pause = [float(r["apply_pause_s"]) for r in records]
+    toks = [float(r["tokens_during"]) for r in records]
+    return {
+        "n": len(records),
+        "publication_s": {"p50": _pct(pub, 0.5), "p95": _pct(pub, 0.95)},
+        "apply_pause_s": {"p50": _pct(pause, 0.5), "p95": _pct(pause, 0.95)},
+        "tokens_during_publication": {"p50": _pct(toks, 0.5), "p95": _pct(toks, 0.95)},
+        "bytes": records[0]["bytes"] if records else 0,
+        "failed": sum(not r["ok"] for r in records),
+    }
+
+
+def random_lora(model_dir: Path, out: Path, *, seed: int, rank: int = 8) -> Path:
+    """A random PEFT adapter (q_proj, v_proj) for any model, from its safetensors headers."""
+    import torch
+    from safetensors.torch import save_file
+
+    from rollbank.inference.publishing.state import read_safetensors_meta
+
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, (shape, _) in read_safetensors_meta(model_dir).items():
+        if name.endswith(("q_proj.weight", "v_proj.weight")) and len(shape) == 2:
+            stem = "base_model.model." + name.removesuffix(".weight")
+            tensors[stem + ".lora_A.weight"] = 0.1 * torch.randn(rank, shape[1], generator=g)
+            tensors[stem + ".lora_B.weight"] = 0.1 * torch.randn(shape[0], rank, generator=g)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    (out / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": str(model_dir),
+        "r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0,
+        "target_modules": ["q_proj", "v_proj"], "bias": "none"}))
+    return out
+
+
+def _new_state(base: dict[str, Any], seed: int) -> dict[str, Any]:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return {n: t + 0.01 * torch.randn(t.shape, generator=g) for n, t in base.items()}
+
+
+async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str] | None,
+                  workdir: Path) -> dict[str, Any]:
+    from rollbank.inference.config import ServerConfig
+    from rollbank.inference.models import ensure_model
+    from rollbank.inference.protocol import GenerateRequest, SamplingParams
+    from rollbank.inference.publishing import (
+        CheckpointPublisher,
+        DirectPublisher,
+        LoraPublisher,
+        ServedWeights,
+        WeightUpdate,
+    )
+    from rollbank.inference.server import ManagedServers
+
+    model_dir = ensure_model(args.model)
+    cfg = ServerConfig(model=args.model, dtype=_dtype(args.model), enable_lora=True, kv_cache_gib=1,
+                       weight_transfer_backend="rollbank_shm", run_dir=workdir / "servers")
+    results: dict[str, Any] = {}
+    async with ManagedServers(cfg) as ms:
+        client = ms.clients[0]
+        served = ServedWeights.from_checkpoint(model_dir)
+        base = dict(served.tensors)
+        lora_name: list[str | None] = [None]
+        stop = asyncio.Event()
+
+        async def load_loop(i: int) -> None:
+            rng = random.Random(i)
+            n = 0
+            while not stop.is_set():
+                prompt = [rng.randrange(3, 2000) for _ in range(32)]  # ids valid in both vocabularies
+                n += 1
+                with contextlib.suppress(Exception):
+                    await client.generate(GenerateRequest(
+                        f"load-{i}-{n}", prompt, SamplingParams(max_tokens=args.max_tokens),
+                        lora=lora_name[0]))
+
+        version = await client.engine_version()
+        seed = 100
+        for pattern in patterns:
+            for plan in plans or PATTERN_PLANS[pattern]:
+                if plan not in PATTERN_PLANS[pattern]:
+                    continue
+                plan_t = cast("InflightPlan", plan)
+                pub: Any
+                if pattern == "checkpoint":
+                    pub = CheckpointPublisher([client], model_dir, root=workdir / "ckpt", plan=plan_t,
+                                              version=version)
+                elif pattern == "direct":
+                    served.commit(base)
+                    pub = DirectPublisher([client], served, plan=plan_t, compact=False,
+                                          version=version)
+                else:
+                    pub = LoraPublisher([client], plan=plan_t, version=version, max_rank=8,
+                                        prefix=f"bench-{plan}")
+                stop.clear()
+                loops = [asyncio.create_task(load_loop(i)) for i in range(args.load)]
+                records = []
+                try:
+                    await asyncio.sleep(1.0)  # let the load reach steady state
+                    for k in range(args.publications):
+                        seed += 1
+                        version += 1
+                        if pattern == "lora":
+                            path = await asyncio.to_thread(random_lora, model_dir,
+                                                           workdir / f"lora-{seed}", seed=seed)
+                            update = WeightUpdate(path=str(path), lora=True)
+                            ready = time.monotonic()
+                        else:
+                            state = await asyncio.to_thread(_new_state, base, seed)
+                            ready = time.monotonic()
+                            update = WeightUpdate(tensors=state)
+                        before = (await client.metrics()).generation_tokens
+                        rec = await pub.publish(update, version=version, ready_at=ready)
+                        after = (await client.metrics()).generation_tokens
+                        if pattern == "lora":
+                            lora_name[0] = pub.adapter
+                        d = rec.to_dict()
+                        d["tokens_during"] = after - before
+                        records.append(d)
+                        await asyncio.sleep(0.3 if k % 2 else 0.1)
+                finally:
+                    stop.set()
+                    for t in loops:
+                        t.cancel()
+                    await asyncio.gather(*loops, return_exceptions=True)
+                    await pub.aclose()
+                lora_name[0] = None
+                results[f"{pattern}/{plan}"] = {"pattern": pattern, "plan": plan,
+                                                "update": "lora" if pattern == "lora" else "full",
+                                                **summarize(records), "records": records}
+        # leave the base weights (the server stops anyway)
+    return results
+
+
+def _colocated(args: argparse.Namespace, plans: list[str] | None) -> dict[str, Any]:
+    import vllm
+
+    from rollbank.inference.models import ensure_model
+    from rollbank.inference.publishing import (
+        ColocatedEngine,
+        ColocatedPublisher,
+        ServedWeights,
+        WeightUpdate,
+    )
+
+    model_dir = ensure_model(args.model)
+    engine = ColocatedEngine(model_dir, dtype=_dtype(args.model) or "auto", max_model_len=512, kv_cache_gib=1)
+    served = ServedWeights.from_checkpoint(model_dir)
+    base = dict(served.tensors)
+    results: dict[str, Any] = {}
+    for plan in plans or PATTERN_PLANS["colocated"]:
+        if plan not in PATTERN_PLANS["colocated"]:
+            continue
+        served.commit(base)
+        pub = ColocatedPublisher(engine, served, plan=cast("InflightPlan", plan), compact=False)
+        stop = threading.Event()
+
+        def load(i: int, stop: threading.Event = stop) -> None:
+            rng = random.Random(i)
+            params = vllm.SamplingParams(max_tokens=args.max_tokens, temperature=1.0)
+            while not stop.is_set():
+                engine.generate([[rng.randrange(3, 2000) for _ in range(32)] for _ in range(args.load)], params)
+
+        th = threading.Thread(target=load, args=(0,), daemon=True)
+        th.start()
+        records = []
+        try:
+            time.sleep(1.0)
+            for k in range(args.publications):
+                state = _new_state(base, 1000 + k)
+                ready = time.monotonic()
+                before = engine.tokens_generated
+                rec = asyncio.run(pub.publish(WeightUpdate(tensors=state), version=k + 1, ready_at=ready))
+                d = rec.to_dict()
+                d["tokens_during"] = engine.tokens_generated - before
+                records.append(d)
+                time.sleep(0.3 if k % 2 else 0.1)
+        finally:
+            stop.set()
+            th.join()
+        results[f"colocated/{plan}"] = {"pattern": "colocated", "plan": plan, "update": "full",
+                                        **summarize(records), "records": records}
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
+    unknown = set(patterns) - set(PATTERN_PLANS)
+    if unknown:
+        raise SystemExit(f"unknown patterns {sorted(unknown)}; choose from {sorted(PATTERN_PLANS)}")
+    plans = [p.strip() for p in args.plans.split(",")] if args.plans else None
+    report: dict[str, Any] = {"model": args.model, "load": args.load, "max_tokens": args.max_tokens,
+                              "publications": args.publications, "results": {}}
+    with tempfile.TemporaryDirectory(prefix="rollbank-bench-publish-") as tmp:
+        remote = [p for p in patterns if p != "colocated"]
+        if remote:
+            report["results"].update(asyncio.run(_remote(args, remote, plans, Path(tmp))))
+        if "colocated" in patterns:
+            report["results"].update(_colocated(args, plans))
+    text = json.dumps(report, indent=2, default=str)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    return 0

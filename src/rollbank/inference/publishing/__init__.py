@@ -1,0 +1,35 @@
+"""Weight publication behind one :class:`Publisher` seam: checkpoint, direct, colocated, lora.
+
+Heavy imports (torch, vLLM) stay inside the pattern modules' functions."""
+
+from rollbank.inference.publishing.checkpoint import CheckpointPublisher, write_checkpoint
+from rollbank.inference.publishing.colocated import ColocatedEngine, ColocatedPublisher
+from rollbank.inference.publishing.direct import DirectPublisher
+from rollbank.inference.publishing.fleet import Fleet
+from rollbank.inference.publishing.lora import LoraPublisher
+from rollbank.inference.publishing.protocol import (
+    PLAN_TO_PAUSE,
+    InflightPlan,
+    Pattern,
+    PublicationRecord,
+    Publisher,
+    WeightUpdate,
+)
+from rollbank.inference.publishing.state import ServedWeights
+
+__all__ = [
+    "PLAN_TO_PAUSE",
+    "CheckpointPublisher",
+    "ColocatedEngine",
+    "ColocatedPublisher",
+    "DirectPublisher",
+    "Fleet",
+    "InflightPlan",
+    "LoraPublisher",
+    "Pattern",
+    "PublicationRecord",
+    "Publisher",
+    "ServedWeights",
+    "WeightUpdate",
+    "write_checkpoint",
+]

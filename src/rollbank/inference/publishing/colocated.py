@@ -1,0 +1,223 @@
+"""Colocated pattern: an in-process vLLM engine receives the trainer's tensors by reference.
+
+:class:`ColocatedEngine` runs ``vllm.LLM`` inside the trainer's process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``: engine core and worker are in this process too), and
+steps it itself, one engine step at a time under a lock. :class:`ColocatedPublisher` applies
+an update between two steps: it takes the lock (generation stops), hands the worker the
+``(name, tensor)`` pairs through ``collective_rpc("reload_weights", weights_iterator=...)``
+(same objects, no HTTP, no disk, no serialisation), names the version on the engine, resets
+the prefix cache and releases the lock. Apply pause = lock held.
+
+In-flight plans: ``pause`` (default; running requests continue after the swap, their KV is
+recomputed and their later tokens come from the new weights) and ``abort`` (running requests are aborted and returned
+with their partial tokens). ``finish`` is not offered: this engine has no admission of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+from rollbank.clock import Clock, MonotonicClock
+from rollbank.errors import ConfigError, PublicationError
+from rollbank.inference.engine_output import parse_version_label, version_label
+from rollbank.inference.publishing.protocol import (
+    InflightPlan,
+    Pattern,
+    PublicationRecord,
+    WeightUpdate,
+)
+from rollbank.inference.publishing.state import ServedWeights, validate
+
+
+class InProcessEngine(Protocol):
+    """What the colocated publisher needs from an in-process engine (fakes implement it)."""
+
+    def hold(self) -> AbstractContextManager[None]:
+        """Stop generation between two engine steps until the block exits."""
+        ...
+
+    def load_weights(self, pairs: Sequence[tuple[str, Any]]) -> None: ...
+
+    def set_version(self, version: int) -> None: ...
+
+    def engine_version(self) -> int: ...
+
+    def reset_prefix_cache(self) -> bool: ...
+
+    def abort_all(self) -> int: ...
+
+
+class ColocatedEngine:
+    """``vllm.LLM`` in this process, stepped under :attr:`lock`."""
+
+    def __init__(self, model_dir: Path, *, dtype: str = "float32", max_model_len: int = 1024,
+                 kv_cache_gib: int = 1, seed: int = 0, **llm_kwargs: Any) -> None:
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)  # whole GiB on vLLM CPU
+        from vllm import LLM
+
+        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
+                       enable_prefix_caching=True, **llm_kwargs)
+        self.engine = self.llm.llm_engine
+        self.lock = threading.Lock()
+        self._publisher_waiting = threading.Event()
+        self._ids = itertools.count()
+        self._done: dict[str, Any] = {}
+        self._seen: dict[str, int] = {}
+        self.tokens_generated = 0  # output tokens produced by this engine so far
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        self._publisher_waiting.set()  # the stepping thread yields the lock at its next step
+        try:
+            with self.lock:
+                self._publisher_waiting.clear()
+                yield
+        finally:
+            self._publisher_waiting.clear()
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Any) -> list[Any]:
+        """Generate (blocking; call from a thread): one ``RequestOutput`` per prompt, None for
+        a request aborted by a publication. Steps the engine one step per lock hold, so a
+        publication can slip in between two steps."""
+        rids = []
+        with self.lock:
+            for p in prompts:
+                rid = f"colo-{next(self._ids)}"
+                self.engine.add_request(rid, {"prompt_token_ids": list(p)}, sampling)
+                rids.append(rid)
+        while not all(r in self._done for r in rids):
+            while self._publisher_waiting.is_set():
+                time.sleep(0.0005)
+            with self.lock:
+                if all(r in self._done for r in rids):
+                    break
+                for out in self.engine.step():
+                    n = len(out.outputs[0].token_ids) if out.outputs else 0
+                    self.tokens_generated += n - self._seen.get(out.request_id, 0)
+                    self._seen[out.request_id] = n
+                    if out.finished:
+                        self._seen.pop(out.request_id, None)
+                        self._done[out.request_id] = out
+        return [self._done.pop(r) for r in rids]
+
+    def load_weights(self, pairs: Sequence[tuple[str, Any]]) -> None:
+        self.engine.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": list(pairs), "is_checkpoint_format": True})
+
+    def set_version(self, version: int) -> None:
+        self.engine.set_weight_version(version_label(version))
+
+    def engine_version(self) -> int:
+        return parse_version_label(self.engine.get_weight_version(), server="colocated")
+
+    def reset_prefix_cache(self) -> bool:
+        # running requests are preempted (their KV recomputed with the new weights), so the
+        # cache can be emptied between two steps
+        return bool(self.engine.reset_prefix_cache(reset_running_requests=True))
+
+    def abort_all(self) -> int:
+        """Abort every running request (under :meth:`hold`); :meth:`generate` returns None for
+        each of them: with this engine the abort plan drops partial tokens."""
+        ids = list(self.engine.output_processor.request_states)
+        if ids:
+            self.engine.abort_request(ids)
+        for rid in ids:
+            self._seen.pop(rid, None)
+            self._done[rid] = None
+        return len(ids)
+
+
+class ColocatedPublisher:
+    """Publishes state dicts into an in-process engine between two of its steps."""
+
+    def __init__(self, engine: InProcessEngine, served: ServedWeights, *,
+                 plan: InflightPlan = "pause", compact: bool = True, version: int = 0,
+                 clock: Clock | None = None) -> None:
+        if plan == "finish":
+            raise ConfigError("the colocated engine offers the pause and abort plans")
+        self.engine = engine
+        self.served = served
+        self.plan: InflightPlan = plan
+        self.compact = compact
+        self.clock = clock or MonotonicClock()
+        self._version = version
+        self.records: list[PublicationRecord] = []
+
+    @property
+    def pattern(self) -> Pattern:
+        return "colocated"
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def _apply(self, send: dict[str, Any], previous: dict[str, Any], version: int,
+               steps: dict[str, float]) -> tuple[float, float, BaseException | None]:
+        """Under the lock (generation stopped): load, name, reset; roll back on failure."""
+        eng = self.engine
+        wait0 = self.clock.now()
+        with eng.hold():
+            paused_at = self.clock.now()
+            steps["wait_step_s"] = paused_at - wait0
+            if self.plan == "abort":
+                steps["aborted"] = float(eng.abort_all())
+            error: BaseException | None = None
+            try:
+                eng.load_weights(list(send.items()))
+                eng.set_version(version)
+            except Exception as exc:
+                error = exc
+                try:
+                    eng.load_weights(list(previous.items()))
+                    eng.set_version(self._version)
+                except Exception as exc2:  # cannot restore: the engine must not serve on
+                    error = exc2
+            steps["apply_s"] = (t := self.clock.now()) - paused_at
+            steps["cache_reset_failed"] = float(not eng.reset_prefix_cache())
+            resumed_at = self.clock.now()
+            steps["reset_s"] = resumed_at - t
+        return paused_at, resumed_at, error
+
+    async def publish(
+        self, update: WeightUpdate, *, version: int, ready_at: float | None = None
+    ) -> PublicationRecord:
+        ready = self.clock.now() if ready_at is None else ready_at
+        serving = {"colocated": self._version}
+        if update.tensors is None or update.lora:
+            raise PublicationError("the colocated pattern publishes full-model tensors", serving=serving)
+        validate(((n, tuple(t.shape)) for n, t in update.tensors.items()), self.served.reference,
+                 serving=serving)
+        steps: dict[str, float] = {}
+        t0 = self.clock.now()
+        send = self.served.changed(update.tensors, compact=self.compact)
+        previous = self.served.previous_of(send)
+        steps["diff_s"] = self.clock.now() - t0
+        paused_at, resumed_at, error = await asyncio.to_thread(self._apply, send, previous, version, steps)
+        now_serving = {"colocated": self.engine.engine_version()}
+        nbytes = sum(int(t.numel()) * int(t.element_size()) for t in send.values())
+        record = PublicationRecord(
+            pattern="colocated", version=version, previous_version=self._version, plan=self.plan,
+            ready_at=ready, paused_at=paused_at, resumed_at=resumed_at, serving_at=resumed_at,
+            tensors=len(send), bytes=nbytes, steps_s=steps, serving=now_serving,
+            ok=error is None, error=None if error is None else repr(error),
+        )  # fmt: skip
+        if error is not None:
+            raise PublicationError(f"colocated publication of version {version} failed ({error!r}); "
+                                   f"engine serves {now_serving}", serving=now_serving, record=record) from error
+        self.served.commit(send)
+        self._version = version
+        self.records.append(record)
+        return record
+
+    async def aclose(self) -> None:
+        return None

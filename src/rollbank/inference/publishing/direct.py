@@ -1,0 +1,154 @@
+"""Direct pattern: tensors from the trainer process to running vLLM servers, no checkpoint.
+
+Control plane: vLLM 0.32's native weight-sync routes, per server
+``/init_weight_transfer_engine`` (once) -> ``/start_weight_update`` -> ``/update_weights`` ->
+``/finish_weight_update {weight_version}``. Data plane: rollbank's ``rollbank_shm`` backend
+(:mod:`rollbank.inference.publishing.vllm_plugin`; servers started with
+``ServerConfig.weight_transfer_backend="rollbank_shm"``): the trainer stages the tensors in one
+``/dev/shm`` file *while generation goes on*, and each server maps it and loads from it during
+the pause. Same host only.
+
+Compact updates (``compact=True``): only tensors that differ from what the engines serve are
+sent (whole fused parameters: q/k/v, gate/up), unless a server reports another version than
+the last one installed (e.g. it was restarted onto the checkpoint's weights): then the whole
+state goes out. Rollback re-sends the previous values of the tensors that were sent, from the
+trainer-side copy (:class:`ServedWeights`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from rollbank.clock import Clock, MonotonicClock
+from rollbank.errors import PublicationError
+from rollbank.inference.protocol import AdmissionGate
+from rollbank.inference.publishing.fleet import Fleet, FleetClient, Step
+from rollbank.inference.publishing.protocol import (
+    InflightPlan,
+    Pattern,
+    PublicationRecord,
+    WeightUpdate,
+)
+from rollbank.inference.publishing.shm import ShmBuffer, ShmLayout
+from rollbank.inference.publishing.state import ServedWeights, validate
+
+
+class WeightSyncClient(FleetClient, Protocol):
+    """A server with vLLM's weight-sync routes (VLLMClient has them)."""
+
+    async def init_weight_transfer_engine(self, init_info: Mapping[str, Any]) -> None: ...
+
+    async def start_weight_update(self) -> None: ...
+
+    async def update_weights(self, update_info: Mapping[str, Any]) -> None: ...
+
+    async def finish_weight_update(self, *, version: int | None) -> None: ...
+
+
+class DirectPublisher:
+    """Pushes state dicts to running servers through the weight-sync routes."""
+
+    def __init__(
+        self,
+        clients: Sequence[WeightSyncClient],
+        served: ServedWeights,
+        *,
+        plan: InflightPlan = "pause",
+        compact: bool = True,
+        version: int = 0,
+        gate: AdmissionGate | None = None,
+        clock: Clock | None = None,
+        shm_dir: Path | None = None,
+    ) -> None:
+        self.clients = list(clients)
+        self.served = served
+        self.compact = compact
+        self.clock = clock or MonotonicClock()
+        self.fleet = Fleet(self.clients, plan=plan, gate=gate, clock=self.clock)
+        self._version = version
+        kw = {} if shm_dir is None else {"directory": shm_dir}
+        self._buffer = ShmBuffer("update", **kw)
+        self._rollback_buffer = ShmBuffer("rollback", **kw)
+        self._initialized = False
+        self.records: list[PublicationRecord] = []
+
+    @property
+    def pattern(self) -> Pattern:
+        return "direct"
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    async def _init(self) -> None:
+        if not self._initialized:
+            await asyncio.gather(*(c.init_weight_transfer_engine(
+                {"directory": str(self._buffer.path.parent)}) for c in self.clients))
+            self._initialized = True
+
+    def _step(self, path: Path, layout: ShmLayout, version: int) -> Step:
+        info = {"path": str(path), **layout.to_dict()}
+        by_url = {c.base_url: c for c in self.clients}
+
+        async def step(fc: FleetClient) -> None:
+            c = by_url[fc.base_url]
+            await c.start_weight_update()
+            try:
+                await c.update_weights(info)
+            except BaseException:
+                with contextlib.suppress(Exception):  # close the engine's update session
+                    await c.finish_weight_update(version=None)
+                raise
+            await c.finish_weight_update(version=version)
+
+        return step
+
+    async def publish(
+        self, update: WeightUpdate, *, version: int, ready_at: float | None = None
+    ) -> PublicationRecord:
+        ready = self.clock.now() if ready_at is None else ready_at
+        if update.tensors is None or update.lora:
+            raise PublicationError("the direct pattern publishes full-model tensors (use lora/checkpoint)",
+                                   serving={c.base_url: self._version for c in self.clients})
+        tensors = update.tensors
+        validate(((n, tuple(t.shape)) for n, t in tensors.items()), self.served.reference,
+                 serving={c.base_url: self._version for c in self.clients})
+        steps: dict[str, float] = {}
+        t0 = self.clock.now()
+        # A server that does not report the version we last installed (restarted: back to the
+        # checkpoint's weights) would get a mix from a compact update: send everything then.
+        versions, _ = await self.fleet.serving()
+        drifted = any(v != self._version for v in versions.values())
+        steps["drifted"] = float(drifted)
+        send = self.served.changed(tensors, compact=self.compact and not drifted)
+        previous = self.served.previous_of(send)
+        steps["diff_s"] = (t1 := self.clock.now()) - t0
+        try:
+            await self._init()
+            layout = await asyncio.to_thread(self._buffer.write, send)  # staged during generation
+            rb_layout = await asyncio.to_thread(self._rollback_buffer.write, previous)
+        except OSError as exc:  # e.g. /dev/shm full: nothing was paused
+            self._buffer.close()
+            self._rollback_buffer.close()
+            raise PublicationError(f"staging the tensors failed: {exc}; engines keep version "
+                                   f"{self._version}", serving=versions) from exc
+        steps["stage_s"] = self.clock.now() - t1
+        prev_version = self._version
+        record = await self.fleet.publish(
+            pattern="direct", version=version, previous_version=prev_version, ready_at=ready,
+            apply=self._step(self._buffer.path, layout, version),
+            rollback=self._step(self._rollback_buffer.path, rb_layout, prev_version),
+            steps=steps, tensors=len(send), nbytes=layout.nbytes,
+        )  # fmt: skip
+        self.served.commit(send)
+        self._version = version
+        self.records.append(record)
+        return record
+
+    async def aclose(self) -> None:
+        self._buffer.close()
+        self._rollback_buffer.close()

@@ -1,0 +1,168 @@
+"""The safe order over a fleet of separate servers, shared by the remote patterns.
+
+close admission -> pause every server (in-flight plan) -> apply on every server (the
+pattern's step: reload a checkpoint, or the weight-sync routes; the step names the version on
+the engine) -> reset every prefix cache -> resume -> reopen admission. With the ``pause``
+plan (requests frozen in place) the reset preempts the frozen requests, whose KV is then
+recomputed with the new weights after the resume (``keep_kv=True`` keeps their old KV and
+skips the reset instead). Each step starts only
+when the previous one finished on all servers, so no server resumes before every server
+holds the new weights.
+
+Failure halfway: if the apply step fails on any server, every server is rolled back to the
+previous weights (the pattern's rollback step, which names the previous version), then reset
+and resumed; the versions the engines report afterwards go into the error's ``serving``.
+Engines that cannot be reached (dead) are listed as ``lost``. Failures before the apply step
+(pause) resume every server and touch no weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from rollbank.clock import Clock, MonotonicClock
+from rollbank.errors import PublicationError
+from rollbank.inference.protocol import AdmissionGate, PauseMode
+from rollbank.inference.publishing.protocol import PLAN_TO_PAUSE, InflightPlan, PublicationRecord
+
+
+class FleetClient(Protocol):
+    """The control plane of one server that the fleet drives (VLLMClient has it)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    def set_admission(self, gate: AdmissionGate) -> None: ...
+
+    async def pause(self, mode: PauseMode = "wait", *, clear_cache: bool = True) -> None: ...
+
+    async def resume(self) -> None: ...
+
+    async def reset_prefix_cache(self, *, attempts: int = 20, reset_running_requests: bool = False) -> None: ...
+
+    async def engine_version(self, request_id: str | None = None) -> int: ...
+
+
+Step = Callable[[FleetClient], Awaitable[None]]
+
+
+class Fleet:
+    """Runs one publication's steps over ``clients`` in the safe order."""
+
+    def __init__(
+        self,
+        clients: Sequence[FleetClient],
+        *,
+        plan: InflightPlan = "finish",
+        gate: AdmissionGate | None = None,
+        clock: Clock | None = None,
+        keep_kv: bool = False,
+    ) -> None:
+        if not clients:
+            raise ValueError("a fleet needs at least one server")
+        self.clients = list(clients)
+        self.plan: InflightPlan = plan
+        self.gate = gate or AdmissionGate()
+        for c in self.clients:
+            c.set_admission(self.gate)
+        self.clock = clock or MonotonicClock()
+        self.keep_kv = keep_kv
+
+    async def _reset(self, mode: PauseMode) -> list[BaseException | None]:
+        if mode != "keep":  # nothing runs: the reset succeeds (retried while blocks drain)
+            return await self.all("reset", lambda c: c.reset_prefix_cache())
+        if self.keep_kv:  # requests frozen in place keep their pre-update KV, by choice
+            return []
+        # frozen requests hold blocks: preempt them so their KV is recomputed with the new
+        # weights after the resume, and the prefix cache can be emptied now
+        return await self.all("reset", lambda c: c.reset_prefix_cache(attempts=2, reset_running_requests=True))
+
+    async def all(self, name: str, step: Step) -> list[BaseException | None]:
+        async def one(c: FleetClient) -> BaseException | None:
+            try:
+                await step(c)
+            except Exception as exc:
+                return exc
+            return None
+
+        return list(await asyncio.gather(*(one(c) for c in self.clients)))
+
+    async def serving(self) -> tuple[dict[str, int], tuple[str, ...]]:
+        """(engine -> version it reports, engines that did not answer)."""
+        versions: dict[str, int] = {}
+        lost: list[str] = []
+        for c, v in zip(self.clients, await asyncio.gather(
+            *(c.engine_version() for c in self.clients), return_exceptions=True), strict=True):
+            if isinstance(v, BaseException):
+                lost.append(c.base_url)
+            else:
+                versions[c.base_url] = v
+        return versions, tuple(lost)
+
+    async def publish(
+        self,
+        *,
+        pattern: str,
+        version: int,
+        previous_version: int,
+        ready_at: float,
+        apply: Step,
+        rollback: Step | None,
+        steps: dict[str, float] | None = None,
+        tensors: int = 0,
+        nbytes: int = 0,
+    ) -> PublicationRecord:
+        """Pause, ``apply`` everywhere (``rollback`` everywhere on failure), reset, resume."""
+        steps = dict(steps or {})
+        mode = PLAN_TO_PAUSE[self.plan]
+        self.gate.close()
+        first_error: BaseException | None = None
+        try:
+            paused_at = t = self.clock.now()
+            errors = await self.all("pause", lambda c: c.pause(mode, clear_cache=False))
+            steps["pause_s"] = (t2 := self.clock.now()) - t
+            if any(errors):
+                first_error = next(e for e in errors if e is not None)
+            else:
+                errors = await self.all("apply", apply)
+                steps["apply_s"] = (t3 := self.clock.now()) - t2
+                if any(errors):
+                    first_error = next(e for e in errors if e is not None)
+                    if rollback is not None:
+                        await self.all("rollback", rollback)
+                    steps["rollback_s"] = self.clock.now() - t3
+            t4 = self.clock.now()
+            # A refused reset is recorded, not fatal: the weights are consistent either way.
+            reset_errors = await self._reset(mode)
+            steps["reset_s"] = (t5 := self.clock.now()) - t4
+            steps["cache_reset_failed"] = float(sum(e is not None for e in reset_errors))
+            await self.all("resume", lambda c: c.resume())
+            resumed_at = self.clock.now()
+            steps["resume_s"] = resumed_at - t5
+        finally:
+            self.gate.open()
+        serving, lost = await self.serving()
+        serving_at = resumed_at
+        record = PublicationRecord(
+            pattern=pattern, version=version, previous_version=previous_version,
+            plan=self.plan, ready_at=ready_at, paused_at=paused_at, resumed_at=resumed_at,
+            serving_at=serving_at, tensors=tensors, bytes=nbytes, steps_s=steps,
+            serving=serving, lost=lost, ok=first_error is None,
+            error=None if first_error is None else repr(first_error),
+        )  # fmt: skip
+        if first_error is not None:
+            raise PublicationError(
+                f"{pattern} publication of version {version} failed ({first_error!r}); engines "
+                f"serve {serving}" + (f", unreachable: {list(lost)}" if lost else ""),
+                serving=serving, record=record,
+            ) from first_error
+        wrong = {u: v for u, v in serving.items() if v != version}
+        if wrong or lost:
+            raise PublicationError(
+                f"{pattern} publication of version {version}: engines report {serving}"
+                + (f", unreachable: {list(lost)}" if lost else ""),
+                serving=serving, record=record,
+            )
+        return record
