@@ -45,8 +45,8 @@ from rollbank.evaluation.timing import (
     ttft_buckets,
 )
 from rollbank.inference.protocol import InferenceClient
-from rollbank.tasks.model import Task
 from rollbank.scheduling.types import SchedulingMode, StragglerPolicy
+from rollbank.tasks.model import Task
 
 Scrape = Callable[[str], Awaitable[str | None]]
 
