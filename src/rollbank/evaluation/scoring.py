@@ -49,7 +49,8 @@ def ttft_summary(timings: Sequence[RequestTiming],
     if reported:
         return {"source": "server_per_request", "n": len(reported), **_pcts(reported)}
     if engine_histogram and engine_histogram[-1][1] > 0:
-        return {"source": "engine_histogram", "n": int(engine_histogram[-1][1]),
+        return {"source": "engine_histogram", "estimate": "upper bound of the bucket",
+                "n": int(engine_histogram[-1][1]),
                 **{f"p{round(q * 100)}": histogram_quantile(engine_histogram, q)
                    for q in PERCENTILES}}
     return {"source": None, "n": 0, **{f"p{round(q * 100)}": None for q in PERCENTILES}}
