@@ -95,6 +95,10 @@ class CollectConfig(Section):
     exclude_costs: list[str] = Field(
         default_factory=list, description="skip tasks whose [metadata] cost is one of these"
     )
+    exclude_saturated_from: str | None = Field(
+        default=None, description="a task-health file (`rollbank tasks health --out`): skip the "
+        "tasks it lists as saturated (always solved: no learning signal)",
+    )
     task_order_seed: int | None = Field(
         default=0, description="shuffle the task sequence with this seed (None: name order); group seq "
         "k runs task k mod len(tasks)",

@@ -116,9 +116,22 @@ def select_tasks(config: CollectConfig) -> list[Task]:
         tasks = [t for t in tasks if t.task_id in wanted]
     if config.exclude_costs:
         tasks = [t for t in tasks if (t.cost or "") not in config.exclude_costs]
+    if config.exclude_saturated_from:
+        saturated = saturated_tasks(Path(config.exclude_saturated_from))
+        tasks = [t for t in tasks if t.task_id not in saturated]
     if not tasks:
-        raise ConfigError("no task left after include/exclude_costs", field="tasks")
+        raise ConfigError("no task left after include/exclude_costs/exclude_saturated_from",
+                          field="tasks")
     return tasks
+
+
+def saturated_tasks(path: Path) -> set[str]:
+    """The tasks a task-health file (``evaluation/health.py``) lists as saturated."""
+    try:
+        return {str(t) for t in json.loads(path.read_text())["saturated"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"unreadable task-health file: {exc}", file=path,
+                         field="exclude_saturated_from") from exc
 
 
 def task_sequence(tasks: Sequence[Task], seed: int | None) -> list[str]:

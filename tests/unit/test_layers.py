@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("metrics",),
     ("collect_config",),
     ("collector",),
-    ("training",),
+    ("training", "evaluation"),
     ("cli", "bench"),
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}

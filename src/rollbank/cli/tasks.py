@@ -34,7 +34,20 @@ def register(sub: Any) -> None:
     v.add_argument("paths", nargs="+", metavar="PATH")
     v.add_argument("--json", action="store_true", help="one JSON object per task, as each finishes")
     v.add_argument("--jobs", type=int, default=1, help="tasks validated concurrently (default 1)")
+    v.add_argument("--probe", action="store_true",
+                   help="also probe the verifier for loopholes: the oracle passes and cheats (empty or "
+                   "placeholder outputs, fake tests, a written reward, background writers/killers, a "
+                   "trojan test runner, a pytest config hijack) must not (episodes/probes.py)")
     v.set_defaults(func=_validate)
+
+    h = tsub.add_parser("health", help="per-task solve rates across batches and evaluations")
+    h.add_argument("paths", nargs="+", metavar="PATH",
+                   help="collection runs (or batches/ folders) and evaluation folders (eval.json)")
+    h.add_argument("--min-attempts", type=int, default=4,
+                   help="attempts a task needs before it is flagged saturated / never solved")
+    h.add_argument("--out", help="write the health file (for exclude_saturated_from)")
+    h.add_argument("--json", action="store_true", help="print the health document as JSON")
+    h.set_defaults(func=_health)
 
 
 def _load(paths: list[str]) -> Any:
@@ -145,19 +158,66 @@ async def _validate_async(tasks: list[Any], args: argparse.Namespace, load_faile
     def show(rec: Validation) -> None:
         _show(rec, args)
 
+    probes: list[Any] = []
     try:
         async with LocalBackend() as backend:
             results = await validate_tasks(tasks, backend, EnvironmentBuilder(),
                                            jobs=args.jobs, on_result=show)
+            if args.probe:
+                probes = await _probe(tasks, backend, args)
     except IsolationUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     failed = load_failed + [r.task_id for r in results if not r.ok]
+    failed += [p.task_id for p in probes if not p.ok and p.task_id not in failed]
     total = len(results) + len(load_failed)
     if not args.json:
         print(f"{total - len(failed)}/{total} tasks passed"
               + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 0 if not failed else 1
+
+
+async def _probe(tasks: list[Any], backend: Any, args: argparse.Namespace) -> list[Any]:
+    from rollbank.episodes.probes import probe_built
+    from rollbank.tasks.builder import EnvironmentBuilder
+
+    builder = EnvironmentBuilder()
+    reports = []
+    for task in tasks:
+        rep = await probe_built(task, backend, builder)
+        reports.append(rep)
+        if args.json:
+            print(json.dumps({"probe": rep.to_dict()}), flush=True)
+            continue
+        if rep.skipped:
+            print(f"PROBE {rep.task_id:32s} skipped: {rep.skipped}", flush=True)
+            continue
+        oracle = rep.oracle.status if rep.oracle else "-"
+        cheats = " ".join(f"{c.name}={(c.error and 'error') or c.status}" for c in rep.cheats)
+        mark = "PASS" if rep.ok else "FAIL"
+        print(f"PROBE {mark} {rep.task_id:27s} oracle={oracle} outputs={len(rep.outputs)} {cheats}"
+              + (f"\n      loopholes: {', '.join(rep.loopholes)}" if rep.loopholes else ""),
+              flush=True)
+    return reports
+
+
+def _health(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rollbank.evaluation.health import health, load_sources
+
+    doc = health(load_sources([Path(p) for p in args.paths]), min_attempts=args.min_attempts)
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    for task, t in doc["tasks"].items():
+        rate = "-" if t["solve_rate"] is None else f"{t['solve_rate']:.2f}"
+        print(f"{task:32s} {t['successes']:4d}/{t['attempts']:<4d} {rate:>5s} {t['flag'] or ''}")
+    print(f"saturated: {len(doc['saturated'])}, never solved: {len(doc['never_solved'])}, "
+          f"zero-variance groups: {doc['zero_variance_groups']}/{doc['groups']}")
+    return 0
 
 
 def _r(x: float | None) -> str:

@@ -1,0 +1,52 @@
+"""Verifier-loophole probes on terminal-lite tasks, in REAL local sandboxes.
+
+The cheats the verifier is built to resist (outputs without the work, fake tests, a written
+reward, processes left running) must fail; the two toolchain cheats (a trojan pytest, a
+pytest rootdir hijack) are reported as loopholes when they pass (they do on terminal-lite as
+of this writing: the verifier runs the agent's own toolchain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from rollbank.episodes.probes import probe_built
+from rollbank.sandbox.local.backend import LocalBackend
+from rollbank.tasks.builder import EnvironmentBuilder
+from rollbank.tasks.loader import load_tasks
+
+pytestmark = pytest.mark.integration
+
+GUARDED = {"empty_outputs", "placeholder_outputs", "fake_tests", "write_reward",
+           "background_reward_writer", "kill_verifier_python"}
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[LocalBackend]:
+    async with LocalBackend() as b:
+        yield b
+
+
+@pytest.mark.parametrize(("task_id", "output"), [("hello-greeting", "/app/greeting.txt"),
+                                                 ("count-lines", None),
+                                                 ("rename-draft", None)])
+async def test_oracle_passes_and_guarded_cheats_fail(backend: LocalBackend, task_id: str,
+                                                     output: str | None) -> None:
+    task = next(t for t in load_tasks(["terminal-lite"]) if t.task_id == task_id)
+    rep = await probe_built(task, backend, EnvironmentBuilder())
+    assert rep.skipped is None
+    assert rep.oracle is not None and rep.oracle.passed, rep.oracle
+    assert rep.outputs, "the oracle's output files were not found"
+    if output is not None:
+        assert rep.outputs == [output]
+    by_name = {c.name: c for c in rep.cheats}
+    assert set(by_name) >= GUARDED
+    for name in GUARDED:
+        c = by_name[name]
+        assert c.error is None and not c.passed, (name, c)
+        assert c.status is not None
+    assert rep.loopholes == [c.name for c in rep.cheats if c.status == "pass"]
+    assert set(rep.loopholes) <= {"trojan_test_runner", "pytest_config_hijack"}
+    assert rep.ok is (not rep.loopholes)
