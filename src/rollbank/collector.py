@@ -28,7 +28,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,8 @@ from rollbank.metrics.calibrate import calibrate
 from rollbank.metrics.events import EventLog, read_events
 from rollbank.metrics.summary import BatchSummary, summarize_batch
 from rollbank.routing import router_from_config
+from rollbank.routing.router import Router
+from rollbank.scheduling.batch import Batch
 from rollbank.scheduling.driver import CollectionDriver
 from rollbank.scheduling.events import EventSink, FanoutSink
 from rollbank.scheduling.types import AttemptSpec
@@ -193,8 +195,15 @@ async def collect(
     clock: Clock | None = None,
     extra_sinks: Sequence[EventSink] = (),
     setup_s: float = 0.0,
+    router: Router | None = None,
+    on_batch: Callable[[Batch, Path], Awaitable[None]] | None = None,
 ) -> CollectResult:
-    """Run one collection with opened planes; write batches, events, episodes, summary."""
+    """Run one collection with opened planes; write batches, events, episodes, summary.
+
+    ``router`` replaces the one ``config.router`` describes (a trainer tells it about weight
+    versions); ``on_batch(batch, path)`` runs after a batch is written, before it is
+    acknowledged (``rollbank train`` trains on it there).
+    """
     clock = clock or MonotonicClock()
     check_output_folder(out_dir)  # before the first launch, not when the first batch is written
     dump_resolved(config, out_dir)  # creates out_dir
@@ -205,7 +214,7 @@ async def collect(
                                    vocab_size=inference.vocab_size,
                                    verifier_slots=config.runner.verifier_slots or os.cpu_count())
         await inference.reset_caches()
-    router = router_from_config(config.router, servers, clock)
+    router = router or router_from_config(config.router, servers, clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
     runner = _Keeping(EpisodeRunner(
         config.runner, tasks={t.task_id: t for t in tasks}, source=sandboxes.source,
@@ -253,6 +262,8 @@ async def collect(
                 summaries.append(s)
                 path = await asyncio.to_thread(write_batch, out_dir / "batches", batch,
                                                extra={"summary": s.to_dict()})
+                if on_batch is not None:
+                    await on_batch(batch, path)
                 driver.ack(path)  # written: its groups are consumed (exactly-once hand-off)
                 log.record("batch_written", clock.now(), batch_index=batch.index, path=path,
                            time_to_batch_s=s.time_to_batch_s, efficiency=s.efficiency)
