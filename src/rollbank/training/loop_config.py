@@ -64,6 +64,12 @@ class LoopSettings(Section):
         "versioned safetensors directory hot-loaded by every engine",
     )
 
+    @model_validator(mode="after")
+    def _lag(self) -> LoopSettings:
+        if self.mode == "async" and self.max_lag < 1:
+            raise ValueError("async mode needs max_lag >= 1 (max_lag = 0 is sync)")
+        return self
+
     @property
     def pause_mode(self) -> PauseMode:
         return PAUSE_MODE[self.inflight]

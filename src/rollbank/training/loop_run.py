@@ -37,6 +37,7 @@ from rollbank.config import dump_resolved
 from rollbank.inference.protocol import AdmissionGate
 from rollbank.inference.publish import WeightPublisher
 from rollbank.routing import router_from_config
+from rollbank.scheduling.events import EventSink
 from rollbank.tasks.model import Task
 from rollbank.training.config import TrainerConfig
 from rollbank.training.loop import (
@@ -92,6 +93,7 @@ async def train_with(
     progress: Callable[[str], None] | None = None,
     clock: Clock | None = None,
     setup_s: float = 0.0,
+    extra_sinks: Sequence[EventSink] = (),
 ) -> TrainResult:
     """Collect ``loop.steps`` batches, training and publishing after each (see training/loop.py)."""
     clock = clock or MonotonicClock()
@@ -110,7 +112,7 @@ async def train_with(
     try:
         result = await collect(config.collect, tasks=tasks, inference=inference,
                                sandboxes=sandboxes, out_dir=out_dir, clock=clock,
-                               extra_sinks=[loop], setup_s=setup_s, router=router,
+                               extra_sinks=[loop, *extra_sinks], setup_s=setup_s, router=router,
                                on_batch=loop.on_batch)
         await loop.finish()
     finally:
