@@ -90,8 +90,8 @@ class Sink:
             self.event(event.batch_index).set()
 
 
-def _config(mode: str, steps: int, max_lag: int = 1) -> TrainConfig:
-    return load_train_config(None, {
+def _config(mode: str, steps: int, max_lag: int = 1, **extra: Any) -> TrainConfig:
+    return load_train_config(None, extra | {
         "loop.mode": mode, "loop.steps": steps, "loop.max_lag": max_lag,
         "collect.inference.kind": "fake", "collect.inference.calibrate": False,
         "collect.metrics.live": "off", "collect.metrics.report": False,
@@ -180,7 +180,8 @@ async def test_async_generation_overlaps_training_within_the_lag(tmp_path: Path)
     log: list[str] = []
     sink = Sink(log)
     trainer = FakeTrainer(log, hold={1: sink.event(1), 2: sink.event(2)})
-    result = await _train(_config("async", 3, max_lag=2), tmp_path / "run", trainer, log, sink)
+    config = _config("async", 3, max_lag=2, **{"collect.metrics.prometheus_port": 0})
+    result = await _train(config, tmp_path / "run", trainer, log, sink)
     steps = result.summary["steps"]
     assert [s["batch_index"] for s in steps] == [0, 1, 2] and not result.summary["stale"]
     assert all(s["policy_age"] <= 2 for s in steps)
@@ -305,3 +306,22 @@ def test_cli_overrides_build_a_valid_config() -> None:
     assert c.trainer.lr == 0.001
     abort = load_train_config(None, {"loop.inflight": "abort"})
     assert abort.loop.pause_mode == "abort"
+
+
+def test_train_gauges_follow_the_records() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from rollbank.training.loop_metrics import TrainGauges
+
+    reg = CollectorRegistry()
+    g = TrainGauges(reg)
+    g({"kind": "step", "version": 3, "reward_mean": 0.25, "loss": -0.5, "clip_fraction": 0.1,
+       "policy_age": 1, "step_s": 2.0})
+    g({"kind": "publication", "version": 3, "publication_s": 0.4, "apply_pause_s": 0.2})
+    g({"kind": "stale", "policy_age": 2})
+    text = generate_latest(reg).decode()
+    for line in ("rollbank_train_version 3.0", "rollbank_train_served_version 3.0",
+                 "rollbank_train_reward_mean 0.25", "rollbank_train_loss -0.5",
+                 "rollbank_train_policy_age 2.0", "rollbank_publication_apply_pause_seconds 0.2",
+                 "rollbank_train_stale_batches_total 1.0"):
+        assert line in text

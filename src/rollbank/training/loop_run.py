@@ -68,7 +68,7 @@ class BuiltinTrainer:
         self.trainer = Trainer.load(config)
 
     def train(self, batch: TensorBatch) -> dict[str, float]:
-        return {k: float(v) for k, v in self.trainer.step(batch).metrics.to_dict().items()}
+        return dict(self.trainer.step(batch).metrics.to_dict())
 
     def save(self, root: Path, version: int) -> Path:
         return self.trainer.save(root, version)
@@ -105,18 +105,40 @@ async def train_with(
     for c in inference.clients.values():  # every client waits on the loop's gate
         c.set_admission(gate)
     router = router_from_config(config.collect.router, servers, clock)
-    loop = TrainingLoop(config.loop, trainer, publisher, gate=gate, servers=servers,
-                        weights_root=out_dir / "weights", router=router,
-                        record=JsonlRecorder(out_dir / "train.jsonl"), progress=progress,
-                        clock=clock)
-    try:
-        result = await collect(config.collect, tasks=tasks, inference=inference,
-                               sandboxes=sandboxes, out_dir=out_dir, clock=clock,
-                               extra_sinks=[loop, *extra_sinks], setup_s=setup_s, router=router,
-                               on_batch=loop.on_batch)
-        await loop.finish()
-    finally:
-        await loop.aclose()
+    recorders: list[Callable[[dict[str, Any]], None]] = [JsonlRecorder(out_dir / "train.jsonl")]
+    sinks = list(extra_sinks)
+    collect_config = config.collect
+    async with contextlib.AsyncExitStack() as stack:
+        port = collect_config.metrics.prometheus_port
+        if port is not None:  # one endpoint for collection and training metrics
+            from rollbank.metrics.prometheus import PrometheusSink
+            from rollbank.training.loop_metrics import TrainGauges
+
+            prom = PrometheusSink()
+            recorders.append(TrainGauges(prom.registry))
+            bound = prom.serve(port)
+            stack.callback(prom.close)
+            sinks.append(prom)
+            if progress is not None:
+                progress(f"Prometheus metrics on http://127.0.0.1:{bound}/metrics")
+            collect_config = collect_config.model_copy(update={
+                "metrics": collect_config.metrics.model_copy(update={"prometheus_port": None})})
+
+        def record(rec: dict[str, Any]) -> None:
+            for r in recorders:
+                r(rec)
+
+        loop = TrainingLoop(config.loop, trainer, publisher, gate=gate, servers=servers,
+                            weights_root=out_dir / "weights", router=router, record=record,
+                            progress=progress, clock=clock)
+        try:
+            result = await collect(collect_config, tasks=tasks, inference=inference,
+                                   sandboxes=sandboxes, out_dir=out_dir, clock=clock,
+                                   extra_sinks=[loop, *sinks], setup_s=setup_s, router=router,
+                                   on_batch=loop.on_batch)
+            await loop.finish()
+        finally:
+            await loop.aclose()
     summary = {**loop.summary(), "setup_s": setup_s, "collection_s": result.collection_s,
                "ledger": result.ledger}
     (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
