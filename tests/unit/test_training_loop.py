@@ -250,6 +250,20 @@ async def test_router_forgets_affinity_on_every_version_change(tmp_path: Path) -
     assert pub.seen_gate == [False, False]  # published while admission was closed
 
 
+async def test_sync_keeps_admission_closed_while_a_later_batch_waits(tmp_path: Path) -> None:
+    gate = AdmissionGate()
+    loop = TrainingLoop(LoopSettings(mode="sync", steps=2), FakeTrainer([]), FakePublisher(gate),
+                        gate=gate, servers=["a"], weights_root=tmp_path,
+                        load=lambda _p: _tensors([0]))
+    for k in range(2):  # batch 1 completes (from attempts already generated) during step 1
+        loop.emit(BatchEvent(kind=EventKind.BATCH_READY, t=0.0, batch_index=k, groups=1,
+                             trajectories=1, window_start=0.0))
+    await loop.on_batch(_Batch(0), tmp_path / "b0")  # type: ignore[arg-type]
+    assert not gate.is_open  # batch 1 is trained on before any new token
+    await loop.on_batch(_Batch(1), tmp_path / "b1")  # type: ignore[arg-type]
+    assert gate.is_open
+
+
 async def test_failed_sync_publication_reopens_admission_and_raises(tmp_path: Path) -> None:
     gate = AdmissionGate()
     router = FakeRouter()

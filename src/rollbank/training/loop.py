@@ -13,7 +13,8 @@ measured from the per-token versions the engines reported (``policy_versions`` o
 Invariants
 - sync: admission closes synchronously when the driver emits a batch (``BATCH_READY``, before
   any newly launched attempt can run) and reopens only after the new version is served on every
-  engine (or the step failed). Steps, saves and publications happen strictly in that order.
+  engine (or the step failed), unless a later batch was already handed out: then it stays closed
+  until that one is trained on too. Steps, saves and publications happen strictly in order.
 - async: step ``v`` starts only once the engines serve ``>= v - max_lag``; no batch whose policy
   age exceeds ``max_lag`` is trained on (it is recorded as stale and not stepped).
 - After each publication of ``v`` the router is told ``on_weight_version(server, v)`` for every
@@ -36,7 +37,7 @@ from rollbank.inference.protocol import AdmissionGate
 from rollbank.inference.publish import WeightPublisher
 from rollbank.routing.router import Router
 from rollbank.scheduling.batch import Batch
-from rollbank.scheduling.events import Event, EventKind
+from rollbank.scheduling.events import BatchEvent, Event, EventKind
 from rollbank.training.loop_config import LoopSettings
 
 
@@ -127,10 +128,13 @@ class TrainingLoop:
         self._changed = asyncio.Condition()
         self._worker: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._handed_out: set[int] = set()  # sync: batches handed out, not yet trained on
 
     # ------------------------------------------------------------ EventSink
     def emit(self, event: Event) -> None:
-        if self.settings.mode == "sync" and event.kind is EventKind.BATCH_READY:
+        if self.settings.mode == "sync" and isinstance(event, BatchEvent) \
+                and event.kind is EventKind.BATCH_READY:
+            self._handed_out.add(event.batch_index)
             self.gate.close()  # no token on the old weights after the hand-off
 
     # ------------------------------------------------------------ consumer
@@ -140,7 +144,11 @@ class TrainingLoop:
             await self._on_batch(batch, path)
         finally:
             if self.settings.mode == "sync":
-                self.gate.open()  # publication reopened it already unless the step failed
+                self._handed_out.discard(batch.index)
+                if self._handed_out:  # a later batch is already out: it trains before any token
+                    self.gate.close()
+                else:  # publication reopened it already unless the step failed
+                    self.gate.open()
 
     async def _on_batch(self, batch: Batch, path: Path) -> None:
         s = self.settings
