@@ -158,22 +158,21 @@ async def test_sync_collects_trains_saves_publishes_in_order(tmp_path: Path) -> 
         "v000001", "v000002", "v000003"]
 
 
-async def test_async_never_trains_a_batch_older_than_max_lag(tmp_path: Path) -> None:
+async def test_async_generates_during_training_within_the_lag(tmp_path: Path) -> None:
     log: list[str] = []
     sink = Sink(log)
-    # step 1 returns only once batches 1 and 2 were collected on version 0
-    trainer = FakeTrainer(log, hold={1: sink.event(2)})
+    # step 1 returns only once batch 1 was collected (on version 0, while step 1 trained)
+    trainer = FakeTrainer(log, hold={1: sink.event(1)})
     result = await _train(_config("async", 3, max_lag=1), tmp_path / "run", trainer, log, sink)
-    steps, stale = result.summary["steps"], result.summary["stale"]
-    assert [s["batch_index"] for s in steps] == [0, 1]
-    assert [s["policy_age"] for s in steps] == [0, 1]  # batch 1: tokens of v0 trained at v1
-    assert [s["batch_index"] for s in stale] == [2]
-    assert stale[0]["policy_age"] == 2 and list(stale[0]["versions"]) == ["0"]
-    assert all(s["policy_age"] <= 1 for s in steps)
-    assert len(trainer.trained) == 2  # the stale batch never reached the trainer
-    assert result.summary["final_version"] == 2 and result.summary["served_version"] == 2
-    # generation went on while step 1 trained: batch 2 was handed out before step 1 ended
-    assert log.index("ready 2") < log.index("train 1")
+    steps = result.summary["steps"]
+    assert [s["batch_index"] for s in steps] == [0, 1, 2] and not result.summary["stale"]
+    assert [s["policy_age"] for s in steps] == [0, 1, 1]
+    assert [sorted(s["versions"]) for s in steps][:2] == [["0"], ["0"]]
+    assert log.index("ready 1") < log.index("train 1")  # generation overlapped step 1
+    # batch 2 would be 2 versions old: no token until version 1 is served
+    a, b = log.index("ready 1"), log.index("published 1")
+    assert not [e for e in log[a:b] if e.startswith("gen")]
+    assert result.summary["final_version"] == result.summary["served_version"] == 3
 
 
 async def test_async_generation_overlaps_training_within_the_lag(tmp_path: Path) -> None:
@@ -262,6 +261,33 @@ async def test_sync_keeps_admission_closed_while_a_later_batch_waits(tmp_path: P
     assert not gate.is_open  # batch 1 is trained on before any new token
     await loop.on_batch(_Batch(1), tmp_path / "b1")  # type: ignore[arg-type]
     assert gate.is_open
+
+
+async def test_async_drops_a_batch_older_than_max_lag(tmp_path: Path) -> None:
+    gate = AdmissionGate()
+    ages = iter([[0], [0, 1], [0, 2]])  # the last: a straggler's v0 tokens at trainer v2
+    trainer = FakeTrainer([])
+    loop = TrainingLoop(LoopSettings(mode="async", steps=3, max_lag=1), trainer,
+                        FakePublisher(gate), gate=gate, servers=["a"], weights_root=tmp_path,
+                        load=lambda _p: _tensors(next(ages)))
+    for k in range(3):
+        loop.emit(BatchEvent(kind=EventKind.BATCH_READY, t=0.0, batch_index=k, groups=1,
+                             trajectories=1, window_start=0.0))
+        await loop.on_batch(_Batch(k), tmp_path / f"b{k}")  # type: ignore[arg-type]
+    await loop.finish()
+    assert [s["policy_age"] for s in loop.steps] == [0, 1]
+    assert [(s["batch_index"], s["policy_age"]) for s in loop.stale] == [(2, 2)]
+    assert len(trainer.trained) == 2 and loop.version == loop.published == 2
+
+
+def test_async_admission_follows_the_expected_age(tmp_path: Path) -> None:
+    gate = AdmissionGate()
+    loop = TrainingLoop(LoopSettings(mode="async", steps=3, max_lag=1), FakeTrainer([]),
+                        FakePublisher(gate), gate=gate, servers=["a"], weights_root=tmp_path)
+    for k in range(2):
+        loop.emit(BatchEvent(kind=EventKind.BATCH_READY, t=0.0, batch_index=k, groups=1,
+                             trajectories=1, window_start=0.0))
+        assert loop.expected_age() == k + 1 and gate.is_open == (k == 0)
 
 
 async def test_failed_sync_publication_reopens_admission_and_raises(tmp_path: Path) -> None:

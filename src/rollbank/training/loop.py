@@ -15,8 +15,12 @@ Invariants
   any newly launched attempt can run) and reopens only after the new version is served on every
   engine (or the step failed), unless a later batch was already handed out: then it stays closed
   until that one is trained on too. Steps, saves and publications happen strictly in order.
-- async: step ``v`` starts only once the engines serve ``>= v - max_lag``; no batch whose policy
-  age exceeds ``max_lag`` is trained on (it is recorded as stale and not stepped).
+- async: admission is open only while a token generated now would be at most ``max_lag``
+  versions old when trained on (``expected_age``: trainer version + batches handed out and not
+  yet consumed - served version), so the collector does not run ahead into waste; step ``v``
+  starts only once the engines serve ``>= v - max_lag``; and no batch whose measured policy age
+  exceeds ``max_lag`` is trained on (requests admitted before the gate closed, carried
+  stragglers): it is recorded as stale and not stepped.
 - After each publication of ``v`` the router is told ``on_weight_version(server, v)`` for every
   server (its prefix-affinity beliefs are void), then the record is written.
 - The trainer and the checkpoint writes run in worker threads: the event loop never blocks.
@@ -128,14 +132,31 @@ class TrainingLoop:
         self._changed = asyncio.Condition()
         self._worker: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
-        self._handed_out: set[int] = set()  # sync: batches handed out, not yet trained on
+        self._handed_out: set[int] = set()  # batches handed out, not yet trained on (or dropped)
 
     # ------------------------------------------------------------ EventSink
     def emit(self, event: Event) -> None:
-        if self.settings.mode == "sync" and isinstance(event, BatchEvent) \
-                and event.kind is EventKind.BATCH_READY:
+        if isinstance(event, BatchEvent) and event.kind is EventKind.BATCH_READY:
             self._handed_out.add(event.batch_index)
-            self.gate.close()  # no token on the old weights after the hand-off
+            self._admit()
+
+    # ------------------------------------------------------------ admission
+    def expected_age(self) -> int:
+        """Policy age a token generated now would have when its batch is trained on: the
+        batches already handed out train first, each adding a version (unless dropped)."""
+        return self.version + len(self._handed_out) - self.published
+
+    def _admit(self) -> None:
+        """sync: closed while any handed-out batch is not trained on and published.
+        async: closed while a new token would be more than ``max_lag`` versions old."""
+        if self.settings.mode == "sync":
+            closed = bool(self._handed_out)
+        else:
+            closed = self.expected_age() > self.settings.max_lag
+        if closed:
+            self.gate.close()
+        else:
+            self.gate.open()
 
     # ------------------------------------------------------------ consumer
     async def on_batch(self, batch: Batch, path: Path) -> None:
@@ -143,12 +164,8 @@ class TrainingLoop:
         try:
             await self._on_batch(batch, path)
         finally:
-            if self.settings.mode == "sync":
-                self._handed_out.discard(batch.index)
-                if self._handed_out:  # a later batch is already out: it trains before any token
-                    self.gate.close()
-                else:  # publication reopened it already unless the step failed
-                    self.gate.open()
+            self._handed_out.discard(batch.index)
+            self._admit()
 
     async def _on_batch(self, batch: Batch, path: Path) -> None:
         s = self.settings
@@ -198,6 +215,7 @@ class TrainingLoop:
         pub = await self.publisher.publish(version, weights)
         serving = self.clock.now()
         self.published = version
+        self._admit()  # the publisher reopened admission; the lag may still keep it closed
         if self.router is not None:
             for server in self.servers:
                 self.router.on_weight_version(server, version)

@@ -10,9 +10,11 @@ Modes (``loop.mode``)
   generated while the trainer works and every token after the publication is of the new
   version (attempts still in flight at a hand-off keep their earlier tokens: policy age 1).
 - ``async``: generation goes on while the trainer trains; publication runs in the background.
-  The trainer starts step ``v`` only once the engines serve at least ``v - max_lag``, and a
-  batch whose oldest token is more than ``max_lag`` versions behind the trainer is not trained
-  on (dropped and recorded as stale).
+  Admission stays open only while a token generated now would be at most ``max_lag`` versions
+  old when its batch is trained on (trainer version + batches handed out - served version), the
+  trainer starts step ``v`` only once the engines serve at least ``v - max_lag``, and a batch
+  whose oldest token is more than ``max_lag`` versions behind the trainer is not trained on
+  (dropped and recorded as stale: requests admitted before the gate closed, carried stragglers).
 
 In-flight plan at an update (``loop.inflight``; the engine's pause mode):
 - ``finish`` (pause mode ``wait``): running requests finish, then the swap; agents wait at the
