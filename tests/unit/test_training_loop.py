@@ -33,6 +33,7 @@ from rollbank.training.loop import (
     Publication,
     Publisher,
     TrainingLoop,
+    Weights,
     batch_versions,
 )
 from rollbank.training.loop_config import LoopSettings, TrainConfig, load_train_config
@@ -66,6 +67,10 @@ class FakeTrainer:
         self.trained.append(batch.trajectory_ids)
         self.log.append(f"train {step}")
         return {"loss": 0.5 * step, "clip_fraction": 0.0}
+
+    def tensors(self) -> dict[str, Any]:
+        self.log.append(f"tensors {len(self.trained)}")
+        return {"w": torch.full((2,), float(len(self.trained)))}
 
     def save(self, root: Path, version: int) -> Path:
         path = root / f"v{version:06d}"
@@ -103,11 +108,13 @@ def _config(mode: str, steps: int, max_lag: int = 1, **extra: Any) -> TrainConfi
 
 
 class LoggingPublisher:
+    wants_tensors = False
+
     def __init__(self, inner: Publisher, log: list[str]) -> None:
         self.inner = inner
         self.log = log
 
-    async def publish(self, version: int, weights: Path) -> Publication:
+    async def publish(self, version: int, weights: Weights) -> Publication:
         pub = await self.inner.publish(version, weights)
         self.log.append(f"published {version}")
         return pub
@@ -198,13 +205,19 @@ class FakeRouter:
 
 
 class FakePublisher:
-    def __init__(self, gate: AdmissionGate, fail: bool = False) -> None:
+    def __init__(self, gate: AdmissionGate, fail: bool = False, tensors: bool = False,
+                 log: list[str] | None = None) -> None:
         self.gate = gate
         self.fail = fail
+        self.wants_tensors = tensors
+        self.log = log if log is not None else []
         self.seen_gate: list[bool] = []
+        self.got: list[Weights] = []
 
-    async def publish(self, version: int, weights: Path) -> Publication:
+    async def publish(self, version: int, weights: Weights) -> Publication:
         self.seen_gate.append(self.gate.is_open)
+        self.got.append(weights)
+        self.log.append(f"published {version}")
         if self.fail:
             raise RuntimeError("engine died")
         return Publication(version, 0.01)
@@ -288,6 +301,19 @@ def test_async_admission_follows_the_expected_age(tmp_path: Path) -> None:
         loop.emit(BatchEvent(kind=EventKind.BATCH_READY, t=0.0, batch_index=k, groups=1,
                              trajectories=1, window_start=0.0))
         assert loop.expected_age() == k + 1 and gate.is_open == (k == 0)
+
+
+async def test_a_tensor_publisher_gets_tensors_and_the_checkpoint_follows(tmp_path: Path) -> None:
+    gate = AdmissionGate()
+    log: list[str] = []
+    pub = FakePublisher(gate, tensors=True, log=log)
+    loop = TrainingLoop(LoopSettings(mode="sync", steps=1), FakeTrainer(log), pub, gate=gate,
+                        servers=["a"], weights_root=tmp_path, load=lambda _p: _tensors([0]))
+    await loop.on_batch(_Batch(0), tmp_path / "b0")  # type: ignore[arg-type]
+    assert log == ["train 1", "tensors 1", "published 1", "save 1"]
+    (got,) = pub.got
+    assert isinstance(got, dict) and got["w"].tolist() == [1.0, 1.0]
+    assert loop.steps[0]["weights"] == str(tmp_path / "v000001")
 
 
 async def test_failed_sync_publication_reopens_admission_and_raises(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,27 +54,45 @@ class Publication:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-class Publisher(Protocol):
-    """Makes every engine serve ``weights`` (a saved version directory) as ``version``."""
+Weights = Path | Mapping[str, Any]  # a saved version directory, or tensors (name -> tensor)
 
-    async def publish(self, version: int, weights: Path) -> Publication: ...
+
+class Publisher(Protocol):
+    """Makes every engine serve ``weights`` as ``version``.
+
+    ``wants_tensors``: False -> ``weights`` is the saved version directory (checkpoint
+    hot-load); True -> a copy of the trainer's tensors (direct transfer, colocated), and the
+    checkpoint is written after the publication, off its critical path.
+    """
+
+    wants_tensors: bool
+
+    async def publish(self, version: int, weights: Weights) -> Publication: ...
 
 
 class StepTrainer(Protocol):
-    """One optimizer step per batch, and versioned saves (blocking; run in a thread)."""
+    """One optimizer step per batch, versioned saves, tensor copies (blocking; run in a thread)."""
 
     def train(self, batch: TensorBatch) -> dict[str, float]: ...
 
     def save(self, root: Path, version: int) -> Path: ...
 
+    def tensors(self) -> Mapping[str, Any]:
+        """A copy of the weights to publish (training may go on while they are sent)."""
+        ...
+
 
 class CheckpointPublisher:
     """Checkpoint hot-load: every engine reloads the saved directory (``WeightPublisher``)."""
 
+    wants_tensors = False
+
     def __init__(self, inner: WeightPublisher) -> None:
         self.inner = inner
 
-    async def publish(self, version: int, weights: Path) -> Publication:
+    async def publish(self, version: int, weights: Weights) -> Publication:
+        if not isinstance(weights, Path):
+            raise TypeError("checkpoint publication hot-loads a saved directory, not tensors")
         report = await self.inner.publish(str(weights), version=version)
         return Publication(version, report.apply_pause_s, report.to_dict())
 
@@ -128,7 +146,7 @@ class TrainingLoop:
         self.stale: list[dict[str, Any]] = []
         self._t0 = self.clock.now()
         self._last_end = self._t0
-        self._pending: tuple[int, Path, float] | None = None
+        self._pending: tuple[int, Weights, float] | None = None
         self._changed = asyncio.Condition()
         self._worker: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
@@ -194,15 +212,25 @@ class TrainingLoop:
         metrics = await asyncio.to_thread(self.trainer.train, tensors)
         t_done = self.clock.now()
         self.version += 1
-        weights = await asyncio.to_thread(self.trainer.save, self.weights_root, self.version)
-        t_saved = self.clock.now()
-        rec.update(version=self.version, weights=str(weights), wait_s=t_train - t_in,
-                   train_s=t_done - t_train, save_s=t_saved - t_done, **metrics)
+        update: Weights
+        saved: Path | None = None
+        save_s = 0.0
+        if self.publisher.wants_tensors:
+            update = await asyncio.to_thread(self.trainer.tensors)
+        else:
+            update = saved = await asyncio.to_thread(self.trainer.save, self.weights_root, self.version)
+            save_s = self.clock.now() - t_done
+        rec.update(version=self.version, wait_s=t_train - t_in, train_s=t_done - t_train, **metrics)
         if s.mode == "sync":
-            pub = await self._publish(self.version, weights, t_done)
+            pub = await self._publish(self.version, update, t_done)
             rec.update(publication_s=pub["publication_s"], apply_pause_s=pub["apply_pause_s"])
         else:
-            self._enqueue(self.version, weights, t_done)
+            self._enqueue(self.version, update, t_done)
+        if saved is None:  # tensors were published: the checkpoint is the record, written after
+            t_save = self.clock.now()
+            saved = await asyncio.to_thread(self.trainer.save, self.weights_root, self.version)
+            save_s = self.clock.now() - t_save
+        rec.update(weights=str(saved), save_s=save_s)
         end = self.clock.now()
         rec.update(step_s=end - self._last_end, done_s=end - self._t0)
         self._last_end = end
@@ -211,7 +239,7 @@ class TrainingLoop:
         self._progress(_line(rec, s.steps))
 
     # ------------------------------------------------------------ publication
-    async def _publish(self, version: int, weights: Path, ready_at: float) -> dict[str, Any]:
+    async def _publish(self, version: int, weights: Weights, ready_at: float) -> dict[str, Any]:
         pub = await self.publisher.publish(version, weights)
         serving = self.clock.now()
         self.published = version
@@ -228,7 +256,7 @@ class TrainingLoop:
             self._changed.notify_all()
         return rec
 
-    def _enqueue(self, version: int, weights: Path, ready_at: float) -> None:
+    def _enqueue(self, version: int, weights: Weights, ready_at: float) -> None:
         """async: publish ``version`` in the background (a newer pending one supersedes it)."""
         self._pending = (version, weights, ready_at)
         if self._worker is None or self._worker.done():

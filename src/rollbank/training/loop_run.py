@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,19 @@ class BuiltinTrainer:
 
     def save(self, root: Path, version: int) -> Path:
         return self.trainer.save(root, version)
+
+    def tensors(self) -> Mapping[str, Any]:
+        """A detached copy of the published weights (the LoRA adapter's for a LoRA policy)."""
+        from rollbank.training.logprobs import causal_lm
+
+        model = self.trainer.model
+        if self.trainer.config.finetune == "lora":
+            import peft
+
+            state = peft.get_peft_model_state_dict(model)
+        else:
+            state = causal_lm(model).state_dict()
+        return {k: v.detach().clone() for k, v in state.items()}
 
 
 def checkpoint_publisher(config: TrainConfig) -> PublisherFactory:
