@@ -350,6 +350,8 @@ def test_config_rejects_mismatched_models_and_lora_checkpoint() -> None:
         load_train_config(None, {"trainer.finetune": "lora"})
     with pytest.raises(ConfigError, match="temperature"):
         load_train_config(None, {"trainer.temperature": 1.0})
+    with pytest.raises(ConfigError, match="prefix-cache reset"):
+        load_train_config(None, {"loop.mode": "async", "loop.inflight": "pause"})
     with pytest.raises(ConfigError, match="max_lag"):
         load_train_config(None, {"loop.mode": "async", "loop.max_lag": 0})
     c = load_train_config(None, {"loop.steps": 5})
@@ -361,17 +363,17 @@ def test_cli_overrides_build_a_valid_config() -> None:
     from rollbank.cli.train import overrides
 
     args = build_parser().parse_args([
-        "train", "--mode", "async", "--max-lag", "2", "--inflight", "pause", "--steps", "3",
+        "train", "--mode", "async", "--max-lag", "2", "--inflight", "abort", "--steps", "3",
         "--model", "gemma-3-270m", "--groups", "3", "--group-size", "2", "--out", "x",
         "--set", "trainer.lr=0.001"])
     c = load_train_config(None, overrides(args))
-    assert (c.loop.mode, c.loop.max_lag, c.loop.pause_mode, c.loop.steps) == ("async", 2, "keep", 3)
+    assert (c.loop.mode, c.loop.max_lag, c.loop.pause_mode, c.loop.steps) == ("async", 2, "abort", 3)
     assert c.trainer.model == c.collect.inference.managed.model == "gemma-3-270m"
     assert c.collect.scheduler.num_batches == 3 and c.collect.scheduler.groups_per_batch == 3
     assert c.collect.scheduler.bank.group_size == 2 and c.collect.output == "x"
     assert c.trainer.lr == 0.001
-    abort = load_train_config(None, {"loop.inflight": "abort"})
-    assert abort.loop.pause_mode == "abort"
+    pause = load_train_config(None, {"loop.inflight": "pause"})
+    assert pause.loop.pause_mode == "keep"
 
 
 def test_train_gauges_follow_the_records() -> None:

@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import time
 
+    from rollbank.errors import RollbankError
     from rollbank.training.loop_config import load_train_config
     from rollbank.training.loop_run import run_train
 
@@ -97,7 +98,15 @@ def run(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"[{time.monotonic() - t0:7.1f}s] {line}", file=sys.stderr, flush=True)
 
-    result = asyncio.run(run_train(config, progress=progress))
+    try:
+        result = asyncio.run(run_train(config, progress=progress))
+    except ExceptionGroup as group:  # task groups wrap the one error that stopped the run
+        inner: BaseException = group
+        while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+            inner = inner.exceptions[0]
+        if isinstance(inner, RollbankError):
+            raise inner from group
+        raise
     s = result.summary
     out = {
         "output": str(result.out_dir),

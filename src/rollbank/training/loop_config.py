@@ -24,6 +24,9 @@ In-flight plan at an update (``loop.inflight``; the engine's pause mode):
   seed, retry + 1) up to ``max_retries``.
 - ``pause`` (``keep``): running requests are frozen in the engine, the weights swapped, the
   requests resumed; tokens after the resume carry the new version (a request spans two).
+  The checkpoint ``WeightPublisher`` resets the prefix cache after the reload, which vLLM
+  refuses while frozen requests hold blocks: ``pause`` is refused in async mode with it (in
+  sync mode no request runs at an update, so every plan is the same there).
 """
 
 from __future__ import annotations
@@ -99,6 +102,10 @@ class TrainConfig(Section):
         if self.trainer.finetune == "lora" and self.loop.publisher == "checkpoint":
             raise ValueError("the checkpoint publisher hot-loads full weights; a LoRA policy needs "
                              "a LoRA publisher (trainer.finetune = 'full' with 'checkpoint')")
+        if (self.loop.mode, self.loop.inflight, self.loop.publisher) == ("async", "pause", "checkpoint"):
+            raise ValueError("inflight 'pause' in async mode is refused by the checkpoint publisher: vLLM "
+                             "refuses the prefix-cache reset while frozen requests hold blocks "
+                             "(use 'finish' or 'abort'; sync mode has no request in flight at an update)")
         fs = self.collect.fenced_shell
         if self.collect.harness == "fenced-shell" and fs.temperature > 0 and \
                 abs(fs.temperature - self.trainer.temperature) > 1e-9:
