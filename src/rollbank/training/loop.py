@@ -29,7 +29,6 @@ Invariants
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from rollbank.routing.router import Router
 from rollbank.scheduling.batch import Batch
 from rollbank.scheduling.events import BatchEvent, Event, EventKind
 from rollbank.training.loop_config import LoopSettings
+from rollbank.training.loop_metrics import progress_line
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ class TrainingLoop:
         self._last_end = end
         self.steps.append(rec)
         self._record(rec)
-        self._progress(_line(rec, s.steps))
+        self._progress(progress_line(rec, s.steps))
 
     # ------------------------------------------------------------ publication
     async def _publish(self, version: int, weights: Weights, ready_at: float) -> dict[str, Any]:
@@ -302,26 +302,3 @@ class TrainingLoop:
                 "inflight": self.settings.inflight, "final_version": self.version,
                 "served_version": self.published, "steps": steps, "stale": self.stale,
                 "publications": self.publications}
-
-
-def _line(rec: dict[str, Any], total: int) -> str:
-    pub = rec.get("publication_s")
-    tail = (f" publish {pub:.2f}s pause {rec['apply_pause_s']:.2f}s" if pub is not None
-            else " publishing in background")
-    return (f"step {rec['version']}/{total} batch {rec['batch_index']}: reward "
-            f"{rec['reward_mean']:.3f} loss {rec.get('loss', 0.0):.4f} clip "
-            f"{rec.get('clip_fraction', 0.0):.3f} age {rec['policy_age']} versions "
-            f"{sorted(int(v) for v in rec['versions'])} train {rec['train_s']:.2f}s{tail} "
-            f"step {rec['step_s']:.2f}s")
-
-
-class JsonlRecorder:
-    """Appends one JSON object per line to ``path`` (the run's ``train.jsonl``)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(record, sort_keys=True, default=str) + "\n")

@@ -1,4 +1,4 @@
-"""Prometheus gauges of the training loop, fed by the loop's records (``train.jsonl`` rows).
+"""What the training loop reports: ``train.jsonl`` rows, a progress line, Prometheus gauges.
 
 :class:`TrainGauges` registers on a given ``CollectorRegistry`` (the run's
 :class:`~rollbank.metrics.prometheus.PrometheusSink` registry, so one endpoint serves the
@@ -7,6 +7,8 @@ collection and the training metrics). Updates are in-memory and O(1).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -48,3 +50,27 @@ class TrainGauges:
             self.served_version.set(record["version"])
             self.publication_s.set(record["publication_s"])
             self.pause_s.set(record["apply_pause_s"])
+
+
+def progress_line(rec: dict[str, Any], total: int) -> str:
+    """The plain progress line of one step record."""
+    pub = rec.get("publication_s")
+    tail = (f" publish {pub:.2f}s pause {rec['apply_pause_s']:.2f}s" if pub is not None
+            else " publishing in background")
+    return (f"step {rec['version']}/{total} batch {rec['batch_index']}: reward "
+            f"{rec['reward_mean']:.3f} loss {rec.get('loss', 0.0):.4f} clip "
+            f"{rec.get('clip_fraction', 0.0):.3f} age {rec['policy_age']} versions "
+            f"{sorted(int(v) for v in rec['versions'])} train {rec['train_s']:.2f}s{tail} "
+            f"step {rec['step_s']:.2f}s")
+
+
+class JsonlRecorder:
+    """Appends one JSON object per line to ``path`` (the run's ``train.jsonl``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record, sort_keys=True, default=str) + "\n")

@@ -42,12 +42,12 @@ from rollbank.tasks.model import Task
 from rollbank.training.config import TrainerConfig
 from rollbank.training.loop import (
     CheckpointPublisher,
-    JsonlRecorder,
     Publisher,
     StepTrainer,
     TrainingLoop,
 )
 from rollbank.training.loop_config import TrainConfig
+from rollbank.training.loop_metrics import JsonlRecorder
 
 PublisherFactory = Callable[[InferencePlane, AdmissionGate], Publisher]
 
