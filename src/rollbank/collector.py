@@ -28,11 +28,12 @@ import os
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollbank.batching.batch import Batch
 from rollbank.batching.writer import write_batch
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.collect_config import CollectConfig, InferenceSection, make_harness_for
@@ -59,6 +60,7 @@ from rollbank.metrics.progress import (
 )
 from rollbank.metrics.summary import BatchSummary, summarize_batch
 from rollbank.routing import router_from_config
+from rollbank.routing.router import Router
 from rollbank.scheduling.driver import CollectionDriver
 from rollbank.scheduling.events import EventSink, FanoutSink
 from rollbank.scheduling.types import AttemptSpec
@@ -220,8 +222,15 @@ async def collect(
     clock: Clock | None = None,
     extra_sinks: Sequence[EventSink] = (),
     setup_s: float = 0.0,
+    router: Router | None = None,
+    on_batch: Callable[[Batch, Path], Awaitable[None]] | None = None,
 ) -> CollectResult:
-    """Run one collection with opened planes; write batches, events, episodes, summary."""
+    """Run one collection with opened planes; write batches, events, episodes, summary.
+
+    ``router`` replaces the one ``config.router`` describes (a trainer tells it about weight
+    versions); ``on_batch(batch, path)`` runs after a batch is written, before it is
+    acknowledged (``rollbank train`` trains on it there).
+    """
     clock = clock or MonotonicClock()
     check_output_folder(out_dir)  # before the first launch, not when the first batch is written
     if config.metrics.report:  # fail before collecting, not after
@@ -241,7 +250,7 @@ async def collect(
         if say is not None:
             say(f"calibrated in {time.monotonic() - t_cal:.0f} s: decode {capacity.decode_rate_single:.0f} "
                 f"tok/s alone, {capacity.decode_rate_max:.0f} tok/s aggregate")
-    router = router_from_config(config.router, servers, clock)
+    router = router or router_from_config(config.router, servers, clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
     runner = _Keeping(EpisodeRunner(
         config.runner, tasks={t.task_id: t for t in tasks}, source=sandboxes.source,
@@ -306,6 +315,8 @@ async def collect(
                 summaries.append(s)
                 path = await asyncio.to_thread(write_batch, out_dir / "batches", batch,
                                                extra={"summary": s.to_dict()})
+                if on_batch is not None:
+                    await on_batch(batch, path)
                 driver.ack(path)  # written: its groups are consumed (exactly-once hand-off)
                 log.record("batch_written", clock.now(), batch_index=batch.index, path=path,
                            time_to_batch_s=s.time_to_batch_s, efficiency=s.efficiency)

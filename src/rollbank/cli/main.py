@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "rollbank.cli.tasks",
     "rollbank.cli.serve",
     "rollbank.cli.collect",
+    "rollbank.cli.train",
     "rollbank.cli.eval",
     "rollbank.cli.replay",
     "rollbank.cli.bench",

@@ -1,0 +1,185 @@
+"""Run ``rollbank train``: open the planes, load the trainer, collect with the loop consuming.
+
+:func:`train_with` runs with already-opened planes and any :class:`StepTrainer` (unit tests pass
+a fake); :func:`run_train` opens what a :class:`TrainConfig` describes and loads the built-in
+trainer. Output folder (``collect.output``), besides what ``rollbank collect`` writes::
+
+    train.resolved.json   the resolved train config
+    train.jsonl           one record per step, stale batch and publication (training/loop.py)
+    train_summary.json    steps with their publications, stale batches, final versions
+    weights/vNNNNNN/      one checkpoint per version (training/checkpoint.py)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollbank.batching.loader import TensorBatch
+from rollbank.clock import Clock, MonotonicClock
+from rollbank.collector import (
+    CollectResult,
+    InferencePlane,
+    check_output_folder,
+    collect,
+    open_inference,
+    select_tasks,
+    tasks_to_prepare,
+)
+from rollbank.config import dump_resolved
+from rollbank.episodes.sources import SandboxPlane
+from rollbank.inference.protocol import AdmissionGate
+from rollbank.inference.publish import WeightPublisher
+from rollbank.routing import router_from_config
+from rollbank.scheduling.events import EventSink
+from rollbank.tasks.model import Task
+from rollbank.training.config import TrainerConfig
+from rollbank.training.loop import (
+    CheckpointPublisher,
+    Publisher,
+    StepTrainer,
+    TrainingLoop,
+)
+from rollbank.training.loop_config import TrainConfig
+from rollbank.training.loop_metrics import JsonlRecorder
+
+PublisherFactory = Callable[[InferencePlane, AdmissionGate], Publisher]
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    collect: CollectResult
+    summary: dict[str, Any]
+
+
+class BuiltinTrainer:
+    """The built-in :class:`~rollbank.training.trainer.Trainer` as a :class:`StepTrainer`."""
+
+    def __init__(self, config: TrainerConfig) -> None:
+        from rollbank.training.trainer import Trainer
+
+        self.trainer = Trainer.load(config)
+
+    def train(self, batch: TensorBatch) -> dict[str, float]:
+        return dict(self.trainer.step(batch).metrics.to_dict())
+
+    def save(self, root: Path, version: int) -> Path:
+        return self.trainer.save(root, version)
+
+    def tensors(self) -> Mapping[str, Any]:
+        """A detached copy of the published weights (the LoRA adapter's for a LoRA policy)."""
+        from rollbank.training.logprobs import causal_lm
+
+        model = self.trainer.model
+        if self.trainer.config.finetune == "lora":
+            import peft
+
+            state = peft.get_peft_model_state_dict(model)
+        else:
+            state = causal_lm(model).state_dict()
+        return {k: v.detach().clone() for k, v in state.items()}
+
+
+def checkpoint_publisher(config: TrainConfig) -> PublisherFactory:
+    def make(plane: InferencePlane, gate: AdmissionGate) -> Publisher:
+        return CheckpointPublisher(WeightPublisher(list(plane.clients.values()), gate=gate,
+                                                   pause_mode=config.loop.pause_mode))
+    return make
+
+
+async def train_with(
+    config: TrainConfig,
+    *,
+    tasks: Sequence[Task],
+    inference: InferencePlane,
+    sandboxes: SandboxPlane,
+    out_dir: Path,
+    trainer: StepTrainer,
+    make_publisher: PublisherFactory | None = None,
+    progress: Callable[[str], None] | None = None,
+    clock: Clock | None = None,
+    setup_s: float = 0.0,
+    extra_sinks: Sequence[EventSink] = (),
+) -> TrainResult:
+    """Collect ``loop.steps`` batches, training and publishing after each (see training/loop.py)."""
+    clock = clock or MonotonicClock()
+    check_output_folder(out_dir)
+    dump_resolved(config, out_dir, "train.resolved.json")
+    servers = list(inference.clients)
+    gate = AdmissionGate()
+    publisher = (make_publisher or checkpoint_publisher(config))(inference, gate)
+    for c in inference.clients.values():  # every client waits on the loop's gate
+        c.set_admission(gate)
+    router = router_from_config(config.collect.router, servers, clock)
+    recorders: list[Callable[[dict[str, Any]], None]] = [JsonlRecorder(out_dir / "train.jsonl")]
+    sinks = list(extra_sinks)
+    collect_config = config.collect
+    async with contextlib.AsyncExitStack() as stack:
+        port = collect_config.metrics.prometheus_port
+        if port is not None:  # one endpoint for collection and training metrics
+            from rollbank.metrics.prometheus import PrometheusSink
+            from rollbank.training.loop_metrics import TrainGauges
+
+            prom = PrometheusSink()
+            recorders.append(TrainGauges(prom.registry))
+            bound = prom.serve(port)
+            stack.callback(prom.close)
+            sinks.append(prom)
+            if progress is not None:
+                progress(f"Prometheus metrics on http://127.0.0.1:{bound}/metrics")
+            collect_config = collect_config.model_copy(update={
+                "metrics": collect_config.metrics.model_copy(update={"prometheus_port": None})})
+
+        def record(rec: dict[str, Any]) -> None:
+            for r in recorders:
+                r(rec)
+
+        loop = TrainingLoop(config.loop, trainer, publisher, gate=gate, servers=servers,
+                            weights_root=out_dir / "weights", router=router, record=record,
+                            progress=progress, clock=clock)
+        try:
+            result = await collect(collect_config, tasks=tasks, inference=inference,
+                                   sandboxes=sandboxes, out_dir=out_dir, clock=clock,
+                                   extra_sinks=[loop, *sinks], setup_s=setup_s, router=router,
+                                   on_batch=loop.on_batch)
+            await loop.finish()
+        finally:
+            await loop.aclose()
+    summary = {**loop.summary(), "setup_s": setup_s, "collection_s": result.collection_s,
+               "ledger": result.ledger}
+    (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return TrainResult(out_dir, result, summary)
+
+
+async def run_train(config: TrainConfig, *, out_dir: Path | None = None,
+                    progress: Callable[[str], None] | None = None) -> TrainResult:
+    """Open the planes and the trainer ``config`` describes, train, release everything."""
+    from rollbank.episodes.sandboxes import open_sandboxes
+
+    out = out_dir or Path(config.collect.output)
+    check_output_folder(out)
+    tasks = select_tasks(config.collect)
+    t_setup = time.monotonic()
+    async with contextlib.AsyncExitStack() as stack:
+        trainer_task = asyncio.create_task(asyncio.to_thread(BuiltinTrainer, config.trainer))
+        try:
+            plane = await stack.enter_async_context(
+                open_inference(config.collect.inference, max_model_len=config.collect.runner.max_model_len))
+            sandboxes = await stack.enter_async_context(
+                open_sandboxes(config.collect.sandbox, tasks,
+                               prepare=tasks_to_prepare(config.collect, tasks)))
+            trainer = await trainer_task
+        finally:
+            if not trainer_task.done():
+                trainer_task.cancel()
+                await asyncio.gather(trainer_task, return_exceptions=True)
+        return await train_with(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
+                                out_dir=out, trainer=trainer, progress=progress,
+                                setup_s=time.monotonic() - t_setup)
