@@ -14,6 +14,7 @@ BENCHES = {
     "routing": "rollbank.bench.routing",
     "collect": "rollbank.bench.collect",
     "schedule": "rollbank.bench.schedule",
+    "accelsim-fidelity": "rollbank.bench.accelsim_fidelity",
 }
 
 

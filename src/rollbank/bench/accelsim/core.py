@@ -18,8 +18,9 @@ One step (as vLLM V1 schedules it)
 
 Approximations (stated, not hidden): no preemption (admission waits for KV room instead);
 blocks held by running sequences shrink the prefix cache's capacity (LRU eviction of cached
-blocks), counted as their uncached tokens, so a block shared by a running request and the
-cache is counted once; stop *strings* are not honoured (the engine has no tokenizer).
+blocks), counted as their blocks not in the cache, so a block shared by a running request and
+the cache is counted once; admission needs every running sequence's blocks + the new prompt's
+to fit; stop *strings* are not honoured (the engine has no tokenizer).
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ class EngineCore:
         while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
             req = self.waiting[0]
             need = -(-req.context // p.block_size)
-            if self.running and self._held_blocks() + need > p.kv_capacity_blocks:
+            used = sum(-(-r.context // p.block_size) for r in self.running)  # blocks in use
+            if self.running and used + need > p.kv_capacity_blocks:
                 break  # no preemption: wait for KV room
             self.waiting.popleft()
             req.cached = self.cache.lookup(req.prompt, req.namespace)
