@@ -23,7 +23,6 @@ from rollbank.bench.accelsim.core import EngineCore, SimRequest, Step
 from rollbank.bench.accelsim.profile import LatencyProfile
 from rollbank.bench.accelsim.tokens import TokenSource
 
-
 CATCH_UP_S = 0.05  # lateness the virtual time line absorbs before it restarts
 
 
