@@ -7,7 +7,7 @@ import argparse
 from aiohttp import web
 
 from rollbank.bench.accelsim.driver import EngineDriver
-from rollbank.bench.accelsim.profile import load_profile, profile_names
+from rollbank.bench.accelsim.profile import load_profile, profile_names, with_overrides
 from rollbank.bench.accelsim.server import make_app
 
 
@@ -20,8 +20,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, required=True, help="port")
     p.add_argument("--seed", type=int, default=0, help="token generation seed")
     p.add_argument("--served-model-name", default="accelsim", help="model name requests may name")
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="override the profile's vocabulary (match the tokenizer rollbank decodes with)")
+    p.add_argument("--max-model-len", type=int, default=None, help="override the profile's max_model_len")
     args = p.parse_args(argv)
-    profile = load_profile(args.profile)
+    profile = with_overrides(load_profile(args.profile), vocab_size=args.vocab_size,
+                             max_model_len=args.max_model_len)
 
     async def app() -> web.Application:  # the driver needs the running loop
         return make_app(EngineDriver(profile, seed=args.seed, served_model=args.served_model_name))

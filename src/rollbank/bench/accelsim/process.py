@@ -38,6 +38,8 @@ class AccelSimServers:
         served_model: str = "accelsim",
         log_dir: Path | None = None,
         startup_timeout_s: float = 60.0,
+        vocab_size: int | None = None,
+        max_model_len: int | None = None,
     ) -> None:
         self.profile = profile
         self.num_servers = num_servers
@@ -46,6 +48,7 @@ class AccelSimServers:
         self.served_model = served_model
         self.log_dir = log_dir
         self.startup_timeout_s = startup_timeout_s
+        self.overrides = {"--vocab-size": vocab_size, "--max-model-len": max_model_len}
         self.ports: list[int] = []
         self.procs: list[asyncio.subprocess.Process] = []
         self.clients: list[VLLMClient] = []
@@ -77,6 +80,9 @@ class AccelSimServers:
         cmd = [sys.executable, "-m", "rollbank.bench.accelsim", "--profile", self.profile,
                "--host", self.host, "--port", str(port), "--seed", str(self.seed),
                "--served-model-name", self.served_model]
+        for flag, value in self.overrides.items():
+            if value is not None:
+                cmd += [flag, str(value)]
         out: int | None = asyncio.subprocess.DEVNULL
         log = None
         if self.log_dir is not None:

@@ -86,3 +86,19 @@ def load_profile(name_or_path: str | Path) -> LatencyProfile:
     data = tomllib.loads(path.read_text())
     data.setdefault("name", path.stem)
     return LatencyProfile.model_validate(data)
+
+
+def with_overrides(profile: LatencyProfile, *, vocab_size: int | None = None,
+                   max_model_len: int | None = None) -> LatencyProfile:
+    """``profile`` with a different vocabulary / context limit (the timing numbers are kept).
+
+    An EOS id outside the new vocabulary is dropped (it could never be generated anyway).
+    """
+    update: dict[str, object] = {}
+    if vocab_size is not None:
+        update["vocab_size"] = vocab_size
+        if profile.eos_token_id is not None and profile.eos_token_id >= vocab_size:
+            update["eos_token_id"] = None
+    if max_model_len is not None:
+        update["max_model_len"] = max_model_len
+    return LatencyProfile.model_validate({**profile.model_dump(), **update}) if update else profile
