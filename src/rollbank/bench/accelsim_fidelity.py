@@ -3,7 +3,9 @@
 Sends one seeded request trace (groups of siblings sharing a prompt prefix, arrivals in
 waves, ``min_tokens = max_tokens`` so both engines generate the same number of tokens) to a
 managed real vLLM server (the tiny model) and to an accelsim engine process with the CPU
-profile, through the same :class:`~rollbank.inference.vllm_client.VLLMClient`, and reports
+profile, through the same :class:`~rollbank.inference.vllm_client.VLLMClient` on
+``/v1/completions`` (vLLM 0.32 reports per-request timings there, not on the scale-out
+generate route), and reports
 median TTFT (engine-reported queue + prefill) and median per-request latency (client wall time)
 of each, their relative errors (target <= 15%), the per-request median absolute error and the
 prefix-cache hit rates.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import statistics
@@ -39,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--wave-gap-s", type=float, default=1.0, help="trace: seconds between waves")
     a("--seed", type=int, default=0, help="trace seed")
     a("--block-size", type=int, default=32, help="KV block size of the real server (the profile's)")
+    a("--real-url", default=None,
+      help="an already running real vLLM server (started with rollbank's managed flags) instead "
+      "of starting one")
     a("--calibrate", action="store_true", help="measure the real server and print fitted profile numbers")
 
 
@@ -144,8 +150,10 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     trace = make_trace(groups=args.groups, group_size=args.group_size, waves=args.waves,
                        wave_gap_s=args.wave_gap_s, seed=args.seed)
     out: dict[str, Any] = {"bench": "accelsim-fidelity", "profile": args.profile, "model": args.model}
-    async with ManagedServers(cfg) as servers:
-        client = servers.clients[0]
+    async with contextlib.AsyncExitStack() as stack:
+        url = args.real_url or (await stack.enter_async_context(ManagedServers(cfg))).urls[0]
+        client = VLLMClient(url, scale_out=False)  # completions: vLLM reports per-request timings there
+        stack.push_async_callback(client.aclose)
         await client.connect()
         await client.generate(GenerateRequest("warmup", list(range(1, 65)), SamplingParams(max_tokens=8)))
         if args.calibrate:
@@ -153,8 +161,14 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             return out
         real = await run_trace(client, trace)
     async with AccelSimServers(args.profile) as emu_servers:
-        emu = await run_trace(emu_servers.clients[0], trace)
+        cpu0, t0 = emu_servers.cpu_s(), time.monotonic()
+        emu_client = VLLMClient(emu_servers.urls[0], scale_out=False)  # same route as the real one
+        emu = await run_trace(emu_client, trace)
+        await emu_client.aclose()
+        cpu, wall = emu_servers.cpu_s() - cpu0, time.monotonic() - t0
     out.update(compare(real, emu))
+    out["emulator_cpu_s"] = round(cpu, 3)
+    out["emulator_cpu_share_of_wall"] = round(cpu / wall, 4) if wall else None
     return out
 
 

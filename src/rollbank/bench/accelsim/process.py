@@ -57,6 +57,16 @@ class AccelSimServers:
     def urls(self) -> list[str]:
         return [f"http://{self.host}:{p}" for p in self.ports]
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the engine processes have used so far (Linux /proc)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for proc in self.procs:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+        return total
+
     async def __aenter__(self) -> AccelSimServers:
         try:
             for i in range(self.num_servers):
