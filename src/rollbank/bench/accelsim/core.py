@@ -171,6 +171,7 @@ class EngineCore:
             prefill_seqs=len(prefill),
             decode_seqs=len(decode),
             decode_ctx_tokens=sum(r.context for r in decode),
+            prefill_pairs=sum(c * (r.computed + (c + 1) / 2) for r, c in prefill),
         )
         return Step(tuple(decode), tuple(prefill), duration)
 

@@ -10,11 +10,13 @@ Step-time model (one continuous-batching step = one forward pass over the batch)
            + decode_per_ctx_token_s * decode_ctx_tokens   (KV read of every decoding sequence)
            + prefill_per_token_s    * prefill_tokens      (uncached prompt tokens in the step)
            + prefill_per_seq_s      * prefill_seqs
+           + prefill_per_pair_s     * prefill_pairs       (attention: prefill token x earlier token)
 
 ``step_base_s`` is the memory-bound weight read (plus scheduler/launch overhead) paid by every
 step; the per-sequence and per-context terms make decode grow slowly with batch until the KV
-reads dominate; prefill is compute-bound, linear in uncached tokens. A cached prefix costs
-nothing. The engine caps each step at ``max_num_batched_tokens`` (decode tokens count 1 each,
+reads dominate; prefill is compute-bound, linear in uncached tokens, plus an attention term
+quadratic in the prompt (each prefilled token attends to every earlier one, cached or not;
+it dominates the tiny CPU model's long prompts). A cached prefix costs no prefill tokens. The engine caps each step at ``max_num_batched_tokens`` (decode tokens count 1 each,
 as in vLLM V1's token budget) and ``max_num_seqs`` running sequences.
 """
 
@@ -53,13 +55,22 @@ class LatencyProfile(Section):
     )
     prefill_per_token_s: float = Field(ge=0, description="seconds per uncached prompt token in a step")
     prefill_per_seq_s: float = Field(default=0.0, ge=0, description="seconds per sequence prefilled in a step")
+    prefill_per_pair_s: float = Field(
+        default=0.0, ge=0, description="seconds per attention pair (prefilled token x earlier token) in a step"
+    )
 
     @property
     def kv_capacity_blocks(self) -> int:
         return max(1, self.kv_capacity_tokens // self.block_size)
 
     def step_time(
-        self, *, prefill_tokens: int = 0, prefill_seqs: int = 0, decode_seqs: int = 0, decode_ctx_tokens: int = 0
+        self,
+        *,
+        prefill_tokens: int = 0,
+        prefill_seqs: int = 0,
+        decode_seqs: int = 0,
+        decode_ctx_tokens: int = 0,
+        prefill_pairs: float = 0.0,
     ) -> float:
         """Seconds one step takes for this batch (0 for an empty batch)."""
         if prefill_tokens <= 0 and decode_seqs <= 0:
@@ -70,6 +81,7 @@ class LatencyProfile(Section):
             + self.decode_per_ctx_token_s * decode_ctx_tokens
             + self.prefill_per_token_s * prefill_tokens
             + self.prefill_per_seq_s * prefill_seqs
+            + self.prefill_per_pair_s * prefill_pairs
         )
 
 
