@@ -54,3 +54,18 @@ def test_core_is_fresh_per_simulation() -> None:
     trace = make_trace(groups=1, group_size=2, waves=1, wave_gap_s=0.0, seed=2)
     assert simulated(prof, trace) == simulated(prof, trace)  # no cache carried between runs
     assert EngineCore(prof).idle
+
+
+def test_collect_accel_sim_arms_use_the_engines_as_external_servers() -> None:
+    import argparse
+
+    from rollbank.bench.collect import add_arguments, arm_config
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--engine", "accel-sim"])
+    args.engine_urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    cfg = arm_config(args, "optimized")
+    assert cfg.inference.kind == "external" and cfg.inference.urls == args.engine_urls
+    assert cfg.inference.tokenizer == "tiny"
+    assert arm_config(p.parse_args([]), "optimized").inference.kind == "managed"
