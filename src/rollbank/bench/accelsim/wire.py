@@ -3,6 +3,10 @@
 Owns the JSON bodies of ``/inference/v1/generate`` (scale-out, ``weight_versions`` spans),
 ``/v1/completions`` and the Prometheus text of ``/metrics`` (vLLM's metric names, so
 :meth:`rollbank.inference.vllm_client.VLLMClient.metrics` reads them unchanged).
+
+One deliberate superset: the scale-out body carries the per-request ``metrics`` (queue, TTFT,
+decode ms) that vLLM 0.32 only returns on ``/v1/completions``; the client reads them when
+present, so accel-regime runs get TTFT per request without a second route.
 """
 
 from __future__ import annotations
