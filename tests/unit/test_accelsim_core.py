@@ -182,3 +182,22 @@ def test_greedy_tokens_repeat_and_sampled_siblings_differ() -> None:
 
     assert [src("x", 0).token(i, allow=True) for i in range(5)] == [src("y", 0).token(i, allow=True) for i in range(5)]
     assert [src("x", 1).token(i, allow=True) for i in range(5)] != [src("y", 1).token(i, allow=True) for i in range(5)]
+
+
+def test_sibling_scheduled_after_a_chunk_hits_it_before_it_is_computed() -> None:
+    core = EngineCore(prof(max_num_batched_tokens=8))
+    prompt = list(range(1, 21))  # 20 tokens: chunks of 8, 8, 4
+    first, second = req(core, "a", prompt), req(core, "b", prompt)
+    core.add(first, 0.0)
+    core.add(second, 0.0)
+    now = 0.0
+    for _ in range(2):  # steps 1-2: first's chunks of 8 use the whole budget
+        step = core.plan(now)
+        assert step is not None and [r.engine_id for r, _ in step.prefill] == ["a"]
+        now += step.duration
+        core.apply(step, now)
+    step = core.plan(now)  # step 3: first's last 4 tokens, then second is admitted
+    assert step is not None and [(r.engine_id, c) for r, c in step.prefill] == [("a", 4), ("b", 4)]
+    # every block of first's prompt was registered when scheduled (vLLM V1), though the last
+    # chunk is computed in this very step: second hits 16 of its 19 looked-up tokens and prefills the last 4
+    assert second.cached == 16 and first.first_token_at is None

@@ -12,9 +12,10 @@ One step (as vLLM V1 schedules it)
   then waiting requests are admitted FCFS while ``max_num_seqs`` and the KV capacity allow:
   at admission the prefix cache is looked up (vLLM's accounting: queries = prompt tokens,
   hits = cached tokens, never the last prompt token) and only the uncached part is prefilled.
-- The step that completes a prompt also samples its first token (TTFT ends there). After a
-  prompt completes its full blocks enter the prefix cache; at finish the prompt + output blocks
-  do. Finish: a stop id or EOS once ``min_tokens`` are out, or ``max_tokens``, or abort.
+- The step that completes a prompt also samples its first token (TTFT ends there). A prompt
+  chunk's full blocks enter the prefix cache when the chunk is scheduled (vLLM V1 registers
+  block hashes at allocation), so siblings admitted later, even in the same step, hit them; at
+  finish the computed output blocks do too. Finish: a stop id or EOS once ``min_tokens`` are out, or ``max_tokens``, or abort.
 
 Approximations (stated, not hidden): no preemption (admission waits for KV room instead);
 blocks held by running sequences shrink the prefix cache's capacity (LRU eviction of cached
@@ -146,6 +147,7 @@ class EngineCore:
             if r.prefilling and budget > 0:
                 chunk = min(len(r.prompt) - r.computed, budget)
                 prefill.append((r, chunk))
+                self.cache.insert(r.prompt[: r.computed + chunk], r.namespace)
                 budget -= chunk
         while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
             req = self.waiting[0]
@@ -163,6 +165,9 @@ class EngineCore:
             self.running.append(req)
             chunk = min(len(req.prompt) - req.computed, budget)  # >= 1: last token never cached
             prefill.append((req, chunk))
+            # vLLM V1 registers a block's hash when it is scheduled (allocate_slots), so a
+            # request scheduled later, even in this same step, already hits it
+            self.cache.insert(req.prompt[: req.computed + chunk], req.namespace)
             budget -= chunk
         if not decode and not prefill:
             return None
@@ -186,7 +191,6 @@ class EngineCore:
                 continue
             req.computed = min(len(req.prompt), req.computed + chunk)
             if not req.prefilling:
-                self.cache.insert(req.prompt, req.namespace)
                 req.first_token_at = now
                 emit.append(req)
         for req in emit:
