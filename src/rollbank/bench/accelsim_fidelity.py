@@ -23,9 +23,12 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rollbank.bench.accelsim.core import SimRequest
@@ -46,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--waves", type=int, default=3, help="trace: arrival waves (groups are split among them)")
     a("--wave-gap-s", type=float, default=1.0, help="trace: seconds between waves")
     a("--seed", type=int, default=0, help="trace seed")
+    a("--fit-first", action="store_true",
+      help="first run the calibration trace (seed + 1000) on the real server, fit the profile's "
+      "scales to it, then evaluate the fitted profile on the held-out trace (seed) in the same "
+      "run, so both see the host's current load (this 2-core host is shared)")
     a("--repeats", type=int, default=3, help="real/emulated trace pairs, alternated")
     a("--block-size", type=int, default=32, help="KV block size of the real server (the profile's)")
     a("--real-url", default=None,
@@ -237,7 +244,20 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             measured = await run_trace(client, cal)
             out["calibration"] = fit_scales(load_profile(args.profile), cal, measured)
             return out
-        emu_servers = await stack.enter_async_context(AccelSimServers(args.profile))
+        profile_arg = str(args.profile)
+        if args.fit_first:
+            cal = make_trace(groups=args.groups, group_size=args.group_size, waves=args.waves,
+                             wave_gap_s=args.wave_gap_s, seed=args.seed + 1000)
+            fit = fit_scales(load_profile(args.profile), cal, await run_trace(client, cal))
+            out["fit_first"] = fit
+            fitted = scaled(load_profile(args.profile), fit["scales"])
+            tmp_dir = tempfile.mkdtemp(prefix="accelsim-fit-")
+            stack.callback(shutil.rmtree, tmp_dir, True)
+            tmp = Path(tmp_dir) / "fitted.toml"
+            tmp.write_text("".join(f"{k} = {v!r}\n" if not isinstance(v, str) else f"{k} = {json.dumps(v)}\n"
+                                   for k, v in fitted.model_dump(exclude_none=True).items()))
+            profile_arg = str(tmp)
+        emu_servers = await stack.enter_async_context(AccelSimServers(profile_arg))
         emu_client = VLLMClient(emu_servers.urls[0], scale_out=False)  # same route as the real one
         stack.push_async_callback(emu_client.aclose)
         reps: list[dict[str, Any]] = []
