@@ -1,4 +1,4 @@
-"""`rollbank bench {sandbox,routing,collect,schedule}`: benchmarks that print JSON.
+"""`rollbank bench {sandbox,routing,collect,schedule,accelsim-fidelity}`: benchmarks that print JSON.
 
 Each benchmark module exposes ``add_arguments(parser)`` (cheap) and ``run(args) -> int``
 (heavy imports inside)."""

@@ -12,7 +12,10 @@ Modules, one role each: :mod:`.profile` (latency profiles, TOML data with cited 
 the step-time model), :mod:`.tokens` (deterministic token ids / log-probs), :mod:`.core` (the
 pure continuous-batching scheduler with a block-hashed LRU prefix cache), :mod:`.driver` (the
 asyncio step loop in wall time), :mod:`.wire` (vLLM response bodies and metric names),
-:mod:`.server` (aiohttp routes), :mod:`.process` (start/stop N engine processes).
+:mod:`.server` (aiohttp routes), :mod:`.process` (start/stop N engine processes),
+:mod:`.offline` (the core over a trace in pure virtual time, for fitting profiles).
+Benchmarks: ``rollbank bench accelsim-fidelity`` (emulated vs real vLLM CPU on one trace) and
+``rollbank bench collect --engine accel-sim`` (the five arms in the accelerator regime).
 
 Why not an existing simulator (checked on PyPI, 2026-11-30): ``vidur`` 0.0.26 is an offline
 discrete-event simulator (no HTTP server, needs per-GPU operator profiles); ``vllm-mock`` 0.0.3
