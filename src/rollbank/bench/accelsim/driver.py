@@ -44,6 +44,7 @@ class EngineDriver:
         self._futures: dict[str, asyncio.Future[SimRequest]] = {}
         self._task: asyncio.Task[None] | None = None
         self._virtual_end = 0.0
+        self.dead: BaseException | None = None
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
@@ -55,7 +56,8 @@ class EngineDriver:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # a dead core's exception was already reported (self.dead, failed requests)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
 
@@ -87,6 +89,8 @@ class EngineDriver:
     async def generate(self, req: SimRequest) -> SimRequest:
         """Queue ``req`` (after any pause) and return it finished; cancelling aborts it."""
         await self._resumed.wait()
+        if self.dead is not None:
+            raise RuntimeError(f"accelsim engine core died: {self.dead!r}")
         fut: asyncio.Future[SimRequest] = asyncio.get_running_loop().create_future()
         self._futures[req.engine_id] = fut
         self.core.add(req, self.now())
@@ -116,6 +120,16 @@ class EngineDriver:
 
     # ------------------------------------------------------------------ loop
     async def _loop(self) -> None:
+        try:
+            await self._steps()
+        except Exception as exc:  # a bug in the core: fail every request, report unhealthy
+            self.dead = exc
+            for fut in self._futures.values():
+                if not fut.done():
+                    fut.set_exception(RuntimeError(f"accelsim engine core died: {exc!r}"))
+            raise
+
+    async def _steps(self) -> None:
         while True:
             if self._frozen:
                 await self._resumed.wait()

@@ -173,7 +173,7 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    return web.Response(status=200)
+    return web.Response(status=503 if request.app[DRIVER].dead is not None else 200)
 
 
 async def metrics(request: web.Request) -> web.Response:
