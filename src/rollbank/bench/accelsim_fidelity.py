@@ -222,9 +222,11 @@ async def calibrate(client: VLLMClient, seed: int, repeats: int = 3) -> dict[str
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.bench.accelsim.process import AccelSimServers
     from rollbank.bench.accelsim.profile import load_profile
-    from rollbank.inference.server import ManagedServers, ServerConfig
+    from rollbank.collect_config import InferenceSection
+    from rollbank.inference.server import ManagedServers
 
-    cfg = ServerConfig(model=args.model, num_servers=1, block_size=args.block_size)
+    cfg = InferenceSection.model_validate(  # the managed-server config, wherever its class lives
+        {"managed": {"model": args.model, "num_servers": 1, "block_size": args.block_size}}).managed
     trace = make_trace(groups=args.groups, group_size=args.group_size, waves=args.waves,
                        wave_gap_s=args.wave_gap_s, seed=args.seed)
     out: dict[str, Any] = {"bench": "accelsim-fidelity", "profile": args.profile, "model": args.model,

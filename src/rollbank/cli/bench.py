@@ -1,4 +1,4 @@
-"""`rollbank bench {sandbox,routing,collect,schedule,accelsim-fidelity}`: benchmarks that print JSON.
+"""`rollbank bench {sandbox,routing,collect,schedule}`: benchmarks that print JSON.
 
 Each benchmark module exposes ``add_arguments(parser)`` (cheap) and ``run(args) -> int``
 (heavy imports inside)."""
@@ -10,11 +10,11 @@ import importlib
 from typing import Any
 
 BENCHES = {
+    "accelsim-fidelity": "rollbank.bench.accelsim_fidelity",
     "sandbox": "rollbank.bench.sandbox",
     "routing": "rollbank.bench.routing",
     "collect": "rollbank.bench.collect",
     "schedule": "rollbank.bench.schedule",
-    "accelsim-fidelity": "rollbank.bench.accelsim_fidelity",
 }
 
 
