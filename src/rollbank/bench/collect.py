@@ -13,6 +13,11 @@ seeds, the same sandbox slots and inference slots per server. Arms:
   retries in the sibling slot).
 - ``optimized``: all three levers.
 
+``--engine accel-sim`` swaps the managed vLLM servers for ``--num-servers`` accelsim
+benchmark engine processes (:mod:`rollbank.bench.accelsim`: vLLM's HTTP API answering after an
+accelerator's wall time from a latency profile, almost no CPU), reached as external servers:
+the accelerator regime. Everything else (sandboxes, verifiers, router, scheduler) stays real.
+
 The time of an arm is from its first launch until ``--batches`` batches of G complete groups
 are handed over, divided by the number of batches (the multi-batch window); over-provisioned
 work still running or unconsumed when the window closes is counted as waste (sandbox-slot
@@ -23,6 +28,7 @@ efficiency T_LB/T, tail share, outcomes, waste and the accepted-vs-pool profile.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -74,6 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--block-size", type=int, default=32, help="vLLM KV block size = router block size")
     a("--kv-cache-gib", type=float, default=2.0, help="VLLM_CPU_KVCACHE_SPACE per server")
     a("--out", type=Path, default=Path("runs/bench-collect"), help="per-arm outputs go here")
+    a("--engine", choices=("vllm", "accel-sim"), default="vllm",
+      help="vllm: managed real vLLM servers (the CPU regime); accel-sim: --num-servers accelsim "
+      "benchmark engine processes (rollbank.bench.accelsim: vLLM's HTTP API, accelerator wall "
+      "time, ~no CPU) used as external servers, tokens decoded with --model's tokenizer")
+    a("--accelsim-profile", default="h100-llama3.1-8b",
+      help="accelsim latency profile (name or TOML path) for --engine accel-sim")
 
 
 def add_trace_argument(parser: argparse.ArgumentParser) -> None:
@@ -141,6 +153,9 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "metrics.live": "off",
         "metrics.record_episodes": True,
     }
+    if getattr(args, "engine_urls", None):  # --engine accel-sim: the emulators, as external servers
+        o.update({"inference.kind": "external", "inference.urls": args.engine_urls,
+                  "inference.tokenizer": args.model})
     if args.workload == "trace":
         # episodes run to their plan or the task's own agent timeout (the embedded default's
         # episode budget is for the Gemma main job)
@@ -211,6 +226,25 @@ def waste_from_events(path: Path) -> dict[str, Any]:
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.engine != "accel-sim":
+        return await _main_arms(args)
+    from rollbank.bench.accelsim.process import AccelSimServers
+    from rollbank.collector import _vocab_size
+    from rollbank.inference.models import ensure_model
+    from rollbank.inference.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(await asyncio.to_thread(ensure_model, args.model))
+    async with AccelSimServers(args.accelsim_profile, args.num_servers, vocab_size=_vocab_size(tok),
+                               log_dir=args.out / "accelsim") as engines:
+        args.engine_urls = engines.urls
+        report = await _main_arms(args)
+    report["engine"] = {"kind": "accel-sim", "profile": args.accelsim_profile, "servers": args.num_servers,
+                        "note": "benchmark instrument: emulated accelerator timing, no model "
+                        "(rollbank.bench.accelsim); sandboxes, verifiers, router and scheduler are real"}
+    return report
+
+
+async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
     import contextlib
 
     from rollbank.collector import collect, open_inference, select_tasks, tasks_to_prepare
@@ -294,8 +328,6 @@ def _compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-
     if args.quick:
         _quick(args)
     report = asyncio.run(_main(args))

@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 BENCHES = {
+    "accelsim-fidelity": "rollbank.bench.accelsim_fidelity",
     "sandbox": "rollbank.bench.sandbox",
     "routing": "rollbank.bench.routing",
     "collect": "rollbank.bench.collect",
