@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "rollbank.cli.collect",
     "rollbank.cli.replay",
     "rollbank.cli.bench",
+    "rollbank.cli.numerics",
 )
 
 _REST = re.compile(r"``([^`]+)``|:(?:class|func|meth|attr|mod):`~?([^`]+)`")
