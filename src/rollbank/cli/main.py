@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "rollbank.cli.eval",
     "rollbank.cli.replay",
     "rollbank.cli.bench",
+    "rollbank.cli.numerics",
 )
 
 _REST = re.compile(r"``([^`]+)``|:(?:class|func|meth|attr|mod):`~?([^`]+)`")

@@ -276,6 +276,20 @@ class VLLMClient:
         return self._parsed(wire.COMPLETIONS, rid, lambda: wire.parse_completion(
             request, resp.json(), server=self._base_url, version=before, total_s=total))
 
+    async def prompt_logprobs(self, token_ids: list[int], *, request_id: str) -> list[float]:
+        """The engine's log-prob of every token of ``token_ids`` given its prefix (prefill,
+        ``POST /v1/completions`` with ``prompt_logprobs=0``); ``out[0] = 0.0``. Used to score
+        sequences with the engine's numerics (``rollbank numerics``)."""
+        resp = await self._send("POST", wire.COMPLETIONS, headers={"X-Request-Id": request_id},
+                                request_id=request_id,
+                                json=wire.prompt_logprobs_body(token_ids, self.model))
+        try:
+            return wire.parse_prompt_logprobs(token_ids, resp.json(), server=self._base_url,
+                                              request_id=request_id)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise InferenceError(f"malformed prompt log-probs: {exc!r}", server=self._base_url,
+                                 request_id=request_id) from exc
+
     def _parsed(self, path: str, rid: str, parse: Callable[[], GenerateResult]) -> GenerateResult:
         """``parse()``, with shape errors as a typed malformed-response error."""
         try:

@@ -174,3 +174,29 @@ def parse_scale_out(
         prompt_tokens=prompt_tokens, policy_version=versions[-1] if versions else current_version,
         timings=_timings(data, total_s), cached_prompt_tokens=cached, token_versions=versions,
     )
+
+
+def prompt_logprobs_body(token_ids: list[int], model: str | None) -> dict[str, Any]:
+    """Score ``token_ids`` (prefill only): ``prompt_logprobs=0`` asks for each prompt token's
+    own log-prob; one throw-away token is generated (vLLM needs ``max_tokens >= 1``)."""
+    body: dict[str, Any] = {"prompt": list(token_ids), "max_tokens": 1, "temperature": 1.0,
+                            "prompt_logprobs": 0, "return_token_ids": True}
+    if model:
+        body["model"] = model
+    return body
+
+
+def parse_prompt_logprobs(
+    token_ids: list[int], data: Mapping[str, Any], *, server: str, request_id: str
+) -> list[float]:
+    """``out[t] = log p(token_ids[t] | token_ids[:t])`` from ``choices[0].prompt_logprobs``
+    (a list of ``None`` then ``{"<token id>": {"logprob": ...}}``); ``out[0] = 0.0``."""
+    entries = data["choices"][0]["prompt_logprobs"]
+    if len(entries) != len(token_ids):
+        raise ValueError(f"{len(entries)} prompt log-probs for {len(token_ids)} tokens")
+    values: list[object] = []
+    for t, (tok, entry) in enumerate(zip(token_ids, entries, strict=True)):
+        if t == 0:
+            continue
+        values.append((entry or {}).get(str(tok), {}).get("logprob"))
+    return [0.0, *checked_logprobs(values, server=server, request_id=request_id)] if token_ids else []
