@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("collect_config",),
     ("collector",),
     ("training", "evaluation"),
+    ("numerics",),
     ("cli", "bench"),
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
