@@ -15,6 +15,7 @@ Invariants
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import stat
 import tomllib
@@ -27,6 +28,7 @@ from pydantic import Field
 from rollbank.config import Section
 from rollbank.errors import TaskError
 
+MAX_NUMBER = 1e12  # timeouts, sizes, cpus: larger is a typo (and int() of it stays exact)
 IGNORED_NAMES = frozenset({".git", "__pycache__", ".pytest_cache", ".DS_Store"})
 
 
@@ -111,6 +113,8 @@ def load_toml(path: Path, config: LoaderConfig) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TaskError(f"invalid TOML: {exc}", file=path) from exc
+    except RecursionError as exc:
+        raise TaskError("invalid TOML: nested too deeply", file=path) from exc
 
 
 def load_yaml(path: Path, config: LoaderConfig) -> dict[str, Any]:
@@ -124,6 +128,8 @@ def load_yaml(path: Path, config: LoaderConfig) -> dict[str, Any]:
         if mark is not None:
             line = int(mark.line) + 1
         raise TaskError(f"invalid YAML: {exc}", file=path, line=line) from exc
+    except RecursionError as exc:
+        raise TaskError("invalid YAML: nested too deeply", file=path) from exc
     if not isinstance(data, dict):
         raise TaskError("expected a mapping at the top level", file=path)
     return data
@@ -154,6 +160,9 @@ class Fields:
         value = self.data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TaskError(f"expected a number, got {value!r}", file=self.file, field=self._name(key))
+        if not math.isfinite(value) or value > MAX_NUMBER:  # nan, inf, 1e400 (TOML has them)
+            raise TaskError(f"expected a finite number up to {MAX_NUMBER:g}, got {value!r}",
+                            file=self.file, field=self._name(key))
         if value <= minimum:
             raise TaskError(f"must be > {minimum:g}, got {value!r}", file=self.file, field=self._name(key))
         return float(value)
@@ -173,6 +182,8 @@ class Fields:
         value = self.data[key]
         if not isinstance(value, str):
             raise TaskError(f"expected a string, got {value!r}", file=self.file, field=self._name(key))
+        if "\0" in value:
+            raise TaskError("contains a NUL character", file=self.file, field=self._name(key))
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -203,6 +214,9 @@ class Fields:
             if isinstance(v, bool) or not isinstance(v, str | int | float):
                 raise TaskError(f"expected a string value, got {v!r}", file=self.file,
                                 field=f"{self._name(key)}.{k}")
+            if not str(k) or "=" in str(k) or "\0" in str(k) + str(v):
+                raise TaskError("an environment variable needs a name without '=' and no NUL",
+                                file=self.file, field=f"{self._name(key)}.{k}")
             out[str(k)] = str(v)
         return out
 
