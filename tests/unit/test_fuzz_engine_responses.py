@@ -186,7 +186,7 @@ def test_the_unmutated_answers_parse() -> None:  # the fuzz base is valid: mutat
 ])
 def test_malformed_answers_are_inference_errors(scale_out: bool, path: tuple[Any, ...], value: Any) -> None:
     doc = mutate(copy.deepcopy(SCALE_OUT if scale_out else COMPLETION), path, value)
-    with pytest.raises(InferenceError, match="malformed|log-prob") as info:
+    with pytest.raises(InferenceError, match=r"malformed|log-prob") as info:
         run(scale_out, json.dumps(doc).encode())
     assert info.value.request_id == "r1"
 

@@ -115,7 +115,8 @@ ENCODED_TEXT = st.one_of(
 )
 EXTRAS = st.lists(st.sampled_from(
     ["link-inside", "link-outside", "link-dangling", "link-loop", "fifo", "tests-link-out",
-     "no-test-sh", "no-dockerfile", "compose", "solve-link-out", "big-file", "steps-dir"]),
+     "no-test-sh", "no-dockerfile", "compose", "solve-link-out", "big-file", "steps-dir",
+     "non-utf8-name"]),
     unique=True, max_size=4)
 
 
@@ -160,6 +161,8 @@ def add_extras(root: Path, extras: list[str], outside: Path, *, harbor: bool) ->
             write(root / "big.bin", b"x" * 5000)
         elif e == "steps-dir":
             write(root / "steps" / "s1" / "instruction.md", "step one")
+        elif e == "non-utf8-name":
+            write(root / os.fsdecode(b"data-\xff.txt"), "x")
 
 
 SMALL = LoaderConfig(max_file_mb=0.004, max_total_mb=1.0, max_text_kb=64)
@@ -336,3 +339,19 @@ def test_image_ref_with_an_inner_newline_is_refused() -> None:
     for image in ("debian\n:latest", "debian:latest\n@sha256:" + "a" * 64):
         with pytest.raises(BuildError, match="malformed"):
             imageref.parse(image)
+
+
+def test_a_non_utf8_file_name_is_hashed(tmp_path: Path) -> None:
+    # was: UnicodeEncodeError out of the content hash (the name decodes to a lone surrogate)
+    root = _harbor(tmp_path, "")
+    before = load_task(root).content_hash
+    write(root / os.fsdecode(b"data-\xff.txt"), "x")
+    assert load_task(root).content_hash != before
+
+
+def test_a_non_utf8_task_folder_name_is_a_task_error(tmp_path: Path) -> None:
+    # was: loaded with a task id that cannot be written to JSON or Parquet as UTF-8
+    root = _harbor(tmp_path, "")
+    bad = root.rename(tmp_path / os.fsdecode(b"task-\xff"))
+    with pytest.raises(TaskError, match="not valid UTF-8"):
+        load_task(bad)

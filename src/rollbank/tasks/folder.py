@@ -43,6 +43,10 @@ class LoaderConfig(Section):
 def scan(root: Path, config: LoaderConfig) -> str:
     """Check ``root`` for unsafe entries and return its content hash (hex sha256)."""
     root = root.resolve()
+    try:
+        root.name.encode("utf-8")
+    except UnicodeEncodeError as exc:  # the name becomes the task id, in JSON and Parquet
+        raise TaskError("the task folder's name is not valid UTF-8", file=root) from exc
     h = hashlib.sha256()
     total = 0
     max_file = int(config.max_file_mb * 1024 * 1024)
@@ -59,7 +63,7 @@ def scan(root: Path, config: LoaderConfig) -> str:
         if stat.S_ISLNK(st.st_mode):
             target = str(path.readlink())
             check_inside(root, path, what="symlink")
-            h.update(f"L\0{rel}\0{target}\0".encode())
+            h.update(b"L\0" + os.fsencode(rel) + b"\0" + os.fsencode(target) + b"\0")
         elif stat.S_ISREG(st.st_mode):
             if st.st_size > max_file:
                 raise TaskError(f"file is {st.st_size} bytes, over the {config.max_file_mb:g} MiB limit",
@@ -67,7 +71,8 @@ def scan(root: Path, config: LoaderConfig) -> str:
             total += st.st_size
             if total > max_total:
                 raise TaskError(f"task folder exceeds {config.max_total_mb:g} MiB", file=root)
-            h.update(f"F\0{rel}\0{1 if st.st_mode & 0o111 else 0}\0{st.st_size}\0".encode())
+            # names as the file system has them (a non-UTF-8 name must not crash the hash)
+            h.update(b"F\0" + os.fsencode(rel) + f"\0{1 if st.st_mode & 0o111 else 0}\0{st.st_size}\0".encode())
             with path.open("rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
