@@ -22,11 +22,13 @@ from hypothesis import strategies as st
 from rollbank.episodes.harnesses import (
     Action,
     ActionKind,
+    FencedShellConfig,
     FencedShellHarness,
     Terminus2Config,
     Terminus2Harness,
 )
 from rollbank.episodes.harnesses.terminus2 import MAX_OBJECT_STARTS
+from rollbank.sandbox.protocol import ExecResult
 
 FUZZ = int(os.environ.get("ROLLBANK_FUZZ_EXAMPLES", "0"))
 
@@ -84,7 +86,7 @@ def check(action: Action, text: str, *, max_duration: float | None = None) -> No
             assert 0.0 <= c.duration_s <= max_duration
 
 
-@budget(300)
+@budget(150)
 @given(TURNS)
 @example("```bash\n```bash\nls\n```\n```")  # nested fences
 @example("```bash\nls\x00 -la\n```")  # NUL inside a command
@@ -94,7 +96,7 @@ def test_fenced_shell_parse_never_raises(text: str) -> None:
     check(FencedShellHarness().parse(text), text)
 
 
-@budget(300)
+@budget(150)
 @given(TURNS)
 @example('{"a":' + "[" * 100_000)  # nesting past the recursion limit
 @example('{"a":"' + "{" * 200_000)  # a long turn full of '{' (was quadratic: 24 s)
@@ -102,7 +104,7 @@ def test_terminus2_parse_never_raises_on_text(text: str) -> None:
     check(Terminus2Harness().parse(text), text, max_duration=Terminus2Config().max_duration_s)
 
 
-@budget(300)
+@budget(150)
 @given(OBJECTS, st.sampled_from(["", "```json\n", "prose {not json} "]), st.booleans())
 @example({"commands": [{"keystrokes": "ls", "duration": math.nan}]}, "", False)
 @example({"commands": [{"keystrokes": "ls", "duration": 10**400}]}, "", False)
@@ -113,6 +115,25 @@ def test_terminus2_parse_never_raises_on_objects(obj: dict[str, Any], prefix: st
     if cut:  # a turn truncated at max_tokens
         text = text[: len(text) // 2]
     check(Terminus2Harness().parse(text), text, max_duration=Terminus2Config().max_duration_s)
+
+
+OUTPUTS = st.one_of(st.text(max_size=300), st.text(max_size=5).map(lambda t: t * 5000),
+                    st.binary(max_size=300).map(lambda b: b.decode("utf-8", errors="replace")))
+
+
+@budget(150)
+@given(st.lists(st.tuples(OUTPUTS, OUTPUTS, st.integers(-300, 300), st.booleans()), max_size=4),
+       st.integers(256, 4096))
+def test_observations_are_bounded(results: list[tuple[str, str, int, bool]], limit: int) -> None:
+    """Command output (decoded with errors="replace", as the sandbox does) of any size and
+    content becomes an observation of at most ``limit`` bytes plus fixed framing."""
+    execs = [ExecResult(exit_code=code, signal=None, stdout=out, stderr=err, duration_s=0.1,
+                        timed_out=timed_out)
+             for out, err, code, timed_out in results]
+    fenced = FencedShellHarness(FencedShellConfig(observation_limit_bytes=limit))
+    terminus = Terminus2Harness(Terminus2Config(observation_limit_bytes=limit))
+    for obs in (fenced.format_observation(execs), terminus.format_observation(execs)):
+        assert len(obs.encode("utf-8")) <= limit + 300
 
 
 # ------------------------------------------------------------ regressions (minimal examples)

@@ -194,7 +194,7 @@ def check_task(task: Task) -> None:
                 Path(os.environ["ROLLBANK_CACHE"]).resolve())
 
 
-@budget(150)
+@budget(60)
 @given(toml_text(), ENCODED_TEXT, DOCKERFILES, EXTRAS, st.booleans())
 @example("[agent]\ntimeout_sec = nan\n", b"do it", "FROM debian", [], False)  # was: nan timeout
 @example("[environment]\nmemory_mb = 1e400\n", b"do it", "FROM debian", [], False)  # OverflowError
@@ -218,7 +218,7 @@ def test_harbor_folder_loads_or_names_the_file(toml: str, instruction: bytes, do
         check_load(root, SMALL if small else None)
 
 
-@budget(150)
+@budget(60)
 @given(yaml_text(), DOCKERFILES, st.one_of(st.none(), yaml_text(["services", "x"])),
        st.one_of(st.none(), st.sampled_from(["- command: ls\n", "- {command: 1}\n", "x: 1\n", "[" * 3000,
                                              "- command: \"a\\0b\"\n"]), yaml_text()), EXTRAS)
@@ -244,7 +244,7 @@ def test_tbench_folder_loads_or_names_the_file(yaml_doc: str, dockerfile: str, c
         check_load(root)
 
 
-@budget(300)
+@budget(200)
 @given(DOCKERFILES | st.text(max_size=200))
 def test_dockerfile_parse_raises_only_build_errors(text: str) -> None:
     try:
@@ -267,7 +267,7 @@ IMAGE_PIECES = st.sampled_from(["debian", "docker.io/library/", "ghcr.io/", "org
                                 "a" * 64, "bookworm-slim", "\n", " ", "/", "..", "A", "ä", "-", "_", "."])
 
 
-@budget(300)
+@budget(200)
 @given(st.lists(IMAGE_PIECES, max_size=8).map("".join) | st.text(max_size=40))
 @example("debian\n:latest")  # was: accepted, repository 'debian\n' ($ matches before a newline)
 @example("debian:latest\n@sha256:" + "a" * 64)  # was: accepted, tag 'latest\n'
