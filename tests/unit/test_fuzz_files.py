@@ -15,6 +15,7 @@ file.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import hashlib
 import json
@@ -53,6 +54,7 @@ def budget(n: int) -> settings:
 @cache
 def template() -> Path:
     root = Path(tempfile.mkdtemp(prefix="rollbank-fuzz-batch-"))
+    atexit.register(shutil.rmtree, root, True)
     return write_batch(root, make_batch())
 
 
