@@ -32,10 +32,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rollbank.batching.batch import Batch
 from rollbank.batching.schema import (
+    SCHEMA,
     SchemaError,
     batch_to_table,
     check_schema,
@@ -43,6 +45,7 @@ from rollbank.batching.schema import (
     upgrade_table,
 )
 from rollbank.batching.writer import MANIFEST_NAME, PARQUET_NAME
+from rollbank.errors import InputError
 from rollbank.extras import require
 
 if TYPE_CHECKING:
@@ -79,22 +82,79 @@ class TensorBatch:
         return self.advantages[:, None] * self.loss_mask
 
 
+class BatchFileError(InputError, SchemaError):
+    """A batch directory that cannot be read as written (missing, truncated or corrupt
+    manifest or parquet, rows that contradict themselves). Names the file; still a
+    :class:`SchemaError` for callers that catch that."""
+
+
+_LIST_COLUMNS = ("token_ids", "logprobs", "policy_versions", "loss_mask", "current_logprobs",
+                 "is_weights", "is_keep")
+_FINITE_COLUMNS = ("reward", "advantage", "gate_weight")
+
+
 def read_batch_dir(path: Path, *, verify: bool = True) -> pa.Table:
-    """Read ``batch-NNNNNN/``; checks its manifest, checksum and schema version."""
+    """Read ``batch-NNNNNN/``; checks its manifest, checksum, schema version, column types
+    and that every row's per-token lists are ``num_tokens`` long. Every failure is a
+    :class:`BatchFileError` naming the file."""
     manifest_path = path / MANIFEST_NAME
     if not manifest_path.is_file():
-        raise SchemaError(f"{path}: no {MANIFEST_NAME}; the batch is not complete")
-    manifest = json.loads(manifest_path.read_text())
+        raise BatchFileError(f"no {MANIFEST_NAME}; the batch is not complete", file=manifest_path)
+    try:
+        manifest = json.loads(manifest_path.read_bytes())
+        expected_sha = manifest["files"][PARQUET_NAME]["sha256"]
+        expected_rows = manifest["rows"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise BatchFileError(f"unreadable manifest ({exc!r})", file=manifest_path) from exc
+    if isinstance(expected_rows, bool) or not isinstance(expected_rows, int):
+        raise BatchFileError(f"rows is {expected_rows!r}", file=manifest_path, field="rows")
     parquet = path / PARQUET_NAME
-    if verify:
-        digest = hashlib.sha256(parquet.read_bytes()).hexdigest()
-        if digest != manifest["files"][PARQUET_NAME]["sha256"]:
-            raise SchemaError(f"{parquet}: sha256 does not match {MANIFEST_NAME}")
-    table = pq.read_table(parquet)
-    check_schema(table.schema)
-    if table.num_rows != manifest["rows"]:
-        raise SchemaError(f"{parquet}: {table.num_rows} rows, manifest says {manifest['rows']}")
-    return upgrade_table(table)
+    try:
+        if verify and hashlib.sha256(parquet.read_bytes()).hexdigest() != expected_sha:
+            raise BatchFileError(f"sha256 does not match {MANIFEST_NAME}", file=parquet)
+        table = pq.read_table(parquet)
+    except (OSError, pa.ArrowException) as exc:
+        raise BatchFileError(f"unreadable parquet ({exc})", file=parquet) from exc
+    if table.num_rows != expected_rows:
+        raise BatchFileError(f"{table.num_rows} rows, {MANIFEST_NAME} says {expected_rows}", file=parquet)
+    try:
+        check_schema(table.schema)
+        _check_rows(table, parquet)
+        return upgrade_table(table)
+    except BatchFileError:
+        raise
+    except (SchemaError, ValueError, pa.ArrowException) as exc:  # ValueError: metadata JSON
+        raise BatchFileError(str(exc), file=parquet) from exc
+
+
+def _check_rows(table: pa.Table, file: Path) -> None:
+    """Column types as the schema says, no nulls where none may be, per-token lists as long as
+    ``num_tokens``, finite rewards, advantages and log-probs (``verify=False`` reads and files
+    from other writers get here unchecked by a checksum)."""
+    for name in table.schema.names:
+        if name not in SCHEMA.names:
+            continue
+        want = SCHEMA.field(name)
+        col = table.column(name)
+        if table.schema.field(name).type != want.type:
+            raise BatchFileError(f"column {name} has type {col.type}, expected {want.type}",
+                                 file=file, field=name)
+        if not want.nullable and col.null_count:
+            raise BatchFileError(f"column {name} has {col.null_count} null(s)", file=file, field=name)
+    lengths = table.column("num_tokens")
+    for name in _LIST_COLUMNS:
+        if name not in table.schema.names:
+            continue
+        col = table.column(name)
+        same = pc.equal(pc.list_value_length(col), lengths)
+        if pc.all(pc.or_kleene(same, pc.is_null(col))).as_py() is False:
+            raise BatchFileError(f"a row's {name} is not num_tokens long", file=file, field=name)
+        if pa.types.is_floating(col.type.value_type) and pc.all(
+                pc.is_finite(pc.list_flatten(col))).as_py() is False:
+            raise BatchFileError(f"a row's {name} holds a non-finite value", file=file, field=name)
+    for name in _FINITE_COLUMNS:
+        if name in table.schema.names and pc.all(pc.is_finite(table.column(name))).as_py() is False:
+            raise BatchFileError(f"column {name} holds a non-finite value", file=file, field=name)
 
 
 def _padded(col: pa.ChunkedArray | pa.Array, lengths: np.ndarray, width: int,

@@ -20,7 +20,7 @@ SCHEMA = "rollbank.episode/1"
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)  # NaN/inf: no limit, no reward
 
 
 class StepEntry(_Record):

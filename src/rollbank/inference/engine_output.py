@@ -74,8 +74,9 @@ def versions_from_spans(
         )
     out: list[int] = []
     for span in spans:
-        start, end = int(span["start"]), int(span["end"])
-        if start != len(out) or end < start:
+        start, end = span["start"], span["end"]
+        if (isinstance(start, bool) or isinstance(end, bool) or not isinstance(start, int)
+                or not isinstance(end, int) or start != len(out) or end < start or end > num_tokens):
             raise WeightVersionError(
                 f"request {request_id}: weight_versions spans {list(spans)} do not tile "
                 f"[0, {num_tokens})",
@@ -98,7 +99,10 @@ def checked_logprobs(
     """``values`` as floats, or :class:`InvalidLogprobError` at the first unusable one."""
     out: list[float] = []
     for i, v in enumerate(values):
-        lp = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+        try:
+            lp = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+        except OverflowError:  # an int too large for a float
+            lp = None
         if lp is None or not math.isfinite(lp) or lp <= LOGPROB_SENTINEL:
             raise InvalidLogprobError(
                 f"request {request_id}: token position {i} has log-prob {v!r} (missing or not finite)",

@@ -223,7 +223,7 @@ class VLLMClient:
                     paths = (await self._send("GET", "/openapi.json")).json().get("paths") or {}
                 except (BadRequestError, ValueError, AttributeError):
                     paths = {}  # no schema published (e.g. docs disabled): completions
-                self._scale_out = wire.SCALE_OUT_GENERATE in paths
+                self._scale_out = isinstance(paths, dict) and wire.SCALE_OUT_GENERATE in paths
             if self._versions_from_engine:
                 self._version = await self.engine_version()
             self._connected = True
@@ -294,7 +294,7 @@ class VLLMClient:
         """``parse()``, with shape errors as a typed malformed-response error."""
         try:
             return parse()
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise InferenceError(
                 f"malformed {path} response: {exc!r}", server=self._base_url, request_id=rid
             ) from exc

@@ -21,6 +21,7 @@ version through :mod:`~rollbank.inference.engine_output`; shape errors raise ``K
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,7 +48,38 @@ def parse_prometheus(text: str) -> dict[str, float]:
 def ms(metrics: Mapping[str, Any] | None, key: str) -> float | None:
     if not metrics or metrics.get(key) is None:
         return None
-    return float(metrics[key]) / 1000.0
+    value = float(metrics[key]) / 1000.0
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"metrics.{key} is {metrics[key]!r}, not a duration")
+    return value
+
+
+def _count(value: object, what: str) -> int:
+    """A non-negative JSON integer (a token id or a token count); anything else is refused
+    rather than coerced (``int(1.7)`` would silently become another token)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} {value!r} is not a non-negative integer")
+    return value
+
+
+def _mapping(value: object, what: str) -> Mapping[str, Any]:
+    """``value`` as a JSON object; None (absent) is an empty one."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} is {type(value).__name__}, expected an object")
+    return value
+
+
+def _choice(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_mapping(data, "the response")["choices"][0], "choices[0]")
+
+
+def _token_ids(choice: Mapping[str, Any]) -> list[int]:
+    raw = choice["token_ids"]
+    if raw is not None and not isinstance(raw, list):
+        raise TypeError(f"token_ids is {type(raw).__name__}, expected a list")
+    return [_count(t, "token id") for t in raw or []]
 
 
 def _finish(reason: object) -> FinishReason:
@@ -109,14 +141,14 @@ def scale_out_body(req: GenerateRequest, model: str | None) -> dict[str, Any]:
 
 
 def _usage(data: Mapping[str, Any], request: GenerateRequest) -> tuple[int, int | None]:
-    usage = data.get("usage") or {}
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    prompt = int(usage.get("prompt_tokens", len(request.prompt_token_ids)))
-    return prompt, (int(cached) if cached is not None else None)
+    usage = _mapping(data.get("usage"), "usage")
+    cached = _mapping(usage.get("prompt_tokens_details"), "usage.prompt_tokens_details").get("cached_tokens")
+    prompt = _count(usage.get("prompt_tokens", len(request.prompt_token_ids)), "usage.prompt_tokens")
+    return prompt, (_count(cached, "usage.cached_tokens") if cached is not None else None)
 
 
 def _timings(data: Mapping[str, Any], total_s: float) -> Timings:
-    metrics = data.get("metrics")
+    metrics = _mapping(data.get("metrics"), "metrics")
     queue_s = ms(metrics, "queue_time_ms")
     prefill_s = ms(metrics, "time_to_first_token_ms")
     first = queue_s + prefill_s if queue_s is not None and prefill_s is not None else None
@@ -129,13 +161,15 @@ def parse_completion(
 ) -> GenerateResult:
     """A ``/v1/completions`` answer; every token gets ``version`` (read from the engine)."""
     rid = request.request_id
-    choice = data["choices"][0]
-    token_ids = [int(t) for t in choice["token_ids"]]
+    choice = _choice(data)
+    token_ids = _token_ids(choice)
     logprobs: list[float] = []
     if request.sampling.logprobs:
-        raw = (choice.get("logprobs") or {}).get("token_logprobs")
+        raw = _mapping(choice.get("logprobs"), "logprobs").get("token_logprobs")
         if raw is None and token_ids:
             raw = [None] * len(token_ids)  # a missing list is a missing log-prob at position 0
+        if raw is not None and not isinstance(raw, list):
+            raise TypeError(f"logprobs.token_logprobs is {type(raw).__name__}, expected a list")
         logprobs = checked_logprobs(list(raw or []), server=server, request_id=rid)
         if len(logprobs) != len(token_ids):
             raise ValueError(f"{len(logprobs)} logprobs for {len(token_ids)} tokens")
@@ -156,14 +190,17 @@ def parse_scale_out(
     ``current_version`` is used only as ``policy_version`` of an empty output.
     """
     rid = request.request_id
-    choice = data["choices"][0]
-    token_ids = [int(t) for t in choice["token_ids"] or []]
+    choice = _choice(data)
+    token_ids = _token_ids(choice)
     logprobs: list[float] = []
     if request.sampling.logprobs:
-        content = (choice.get("logprobs") or {}).get("content")
+        content = _mapping(choice.get("logprobs"), "logprobs").get("content")
         if content is None:
             content = [{}] * len(token_ids)
-        logprobs = checked_logprobs([c.get("logprob") for c in content], server=server, request_id=rid)
+        if not isinstance(content, list):
+            raise TypeError(f"logprobs.content is {type(content).__name__}, expected a list")
+        logprobs = checked_logprobs([_mapping(c, "logprobs.content[i]").get("logprob") for c in content],
+                                    server=server, request_id=rid)
         if len(logprobs) != len(token_ids):
             raise ValueError(f"{len(logprobs)} logprobs for {len(token_ids)} tokens")
     versions = versions_from_spans(choice.get("weight_versions"), len(token_ids), server=server, request_id=rid)

@@ -75,7 +75,7 @@ class Instruction:
             return None
         try:
             value = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return list(value)
@@ -228,6 +228,8 @@ def split_words(text: str, *, keyword: str, file: Path | str, line: int) -> list
             value = json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise BuildError(f"{keyword}: invalid JSON array: {exc}", file=file, line=line) from exc
+        except RecursionError as exc:
+            raise BuildError(f"{keyword}: JSON array nested too deeply", file=file, line=line) from exc
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise BuildError(f"{keyword}: expected a JSON array of strings", file=file, line=line)
         return list(value)

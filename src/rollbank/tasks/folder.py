@@ -15,6 +15,7 @@ Invariants
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import stat
 import tomllib
@@ -27,6 +28,7 @@ from pydantic import Field
 from rollbank.config import Section
 from rollbank.errors import TaskError
 
+MAX_NUMBER = 1e12  # timeouts, sizes, cpus: larger is a typo (and int() of it stays exact)
 IGNORED_NAMES = frozenset({".git", "__pycache__", ".pytest_cache", ".DS_Store"})
 
 
@@ -41,6 +43,10 @@ class LoaderConfig(Section):
 def scan(root: Path, config: LoaderConfig) -> str:
     """Check ``root`` for unsafe entries and return its content hash (hex sha256)."""
     root = root.resolve()
+    try:
+        root.name.encode("utf-8")
+    except UnicodeEncodeError as exc:  # the name becomes the task id, in JSON and Parquet
+        raise TaskError("the task folder's name is not valid UTF-8", file=root) from exc
     h = hashlib.sha256()
     total = 0
     max_file = int(config.max_file_mb * 1024 * 1024)
@@ -57,7 +63,7 @@ def scan(root: Path, config: LoaderConfig) -> str:
         if stat.S_ISLNK(st.st_mode):
             target = str(path.readlink())
             check_inside(root, path, what="symlink")
-            h.update(f"L\0{rel}\0{target}\0".encode())
+            h.update(b"L\0" + os.fsencode(rel) + b"\0" + os.fsencode(target) + b"\0")
         elif stat.S_ISREG(st.st_mode):
             if st.st_size > max_file:
                 raise TaskError(f"file is {st.st_size} bytes, over the {config.max_file_mb:g} MiB limit",
@@ -65,7 +71,8 @@ def scan(root: Path, config: LoaderConfig) -> str:
             total += st.st_size
             if total > max_total:
                 raise TaskError(f"task folder exceeds {config.max_total_mb:g} MiB", file=root)
-            h.update(f"F\0{rel}\0{1 if st.st_mode & 0o111 else 0}\0{st.st_size}\0".encode())
+            # names as the file system has them (a non-UTF-8 name must not crash the hash)
+            h.update(b"F\0" + os.fsencode(rel) + f"\0{1 if st.st_mode & 0o111 else 0}\0{st.st_size}\0".encode())
             with path.open("rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
@@ -111,6 +118,8 @@ def load_toml(path: Path, config: LoaderConfig) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TaskError(f"invalid TOML: {exc}", file=path) from exc
+    except RecursionError as exc:
+        raise TaskError("invalid TOML: nested too deeply", file=path) from exc
 
 
 def load_yaml(path: Path, config: LoaderConfig) -> dict[str, Any]:
@@ -124,6 +133,8 @@ def load_yaml(path: Path, config: LoaderConfig) -> dict[str, Any]:
         if mark is not None:
             line = int(mark.line) + 1
         raise TaskError(f"invalid YAML: {exc}", file=path, line=line) from exc
+    except RecursionError as exc:
+        raise TaskError("invalid YAML: nested too deeply", file=path) from exc
     if not isinstance(data, dict):
         raise TaskError("expected a mapping at the top level", file=path)
     return data
@@ -154,6 +165,9 @@ class Fields:
         value = self.data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TaskError(f"expected a number, got {value!r}", file=self.file, field=self._name(key))
+        if not math.isfinite(value) or value > MAX_NUMBER:  # nan, inf, 1e400 (TOML has them)
+            raise TaskError(f"expected a finite number up to {MAX_NUMBER:g}, got {value!r}",
+                            file=self.file, field=self._name(key))
         if value <= minimum:
             raise TaskError(f"must be > {minimum:g}, got {value!r}", file=self.file, field=self._name(key))
         return float(value)
@@ -173,6 +187,8 @@ class Fields:
         value = self.data[key]
         if not isinstance(value, str):
             raise TaskError(f"expected a string, got {value!r}", file=self.file, field=self._name(key))
+        if "\0" in value:
+            raise TaskError("contains a NUL character", file=self.file, field=self._name(key))
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
@@ -203,6 +219,9 @@ class Fields:
             if isinstance(v, bool) or not isinstance(v, str | int | float):
                 raise TaskError(f"expected a string value, got {v!r}", file=self.file,
                                 field=f"{self._name(key)}.{k}")
+            if not str(k) or "=" in str(k) or "\0" in str(k) + str(v):
+                raise TaskError("an environment variable needs a name without '=' and no NUL",
+                                file=self.file, field=f"{self._name(key)}.{k}")
             out[str(k)] = str(v)
         return out
 

@@ -48,7 +48,7 @@ def parse(image: str, *, file: Path | str | None = None, line: int | None = None
     """Parse ``image``; a malformed reference is a :class:`BuildError` naming ``file``:``line``."""
     text = image.strip()
     ref, _, digest = text.partition("@")
-    if digest and not _DIGEST.match(digest):
+    if digest and not _DIGEST.fullmatch(digest):
         raise BuildError(f"malformed image digest {digest!r} (expected sha256:<64 hex>)",
                          file=file,
                          line=line, field="FROM")
@@ -62,7 +62,7 @@ def parse(image: str, *, file: Path | str | None = None, line: int | None = None
     repo, tag = (ref.rsplit(":", 1) if ":" in last else (ref, "latest"))
     host = repo.split("/", 1)[0]
     check = repo.split("/", 1)[1] if "/" in repo and ("." in host or ":" in host) else repo
-    if not repo or not _NAME.match(check) or not _TAG.match(tag):
+    if not repo or not _NAME.fullmatch(check) or not _TAG.fullmatch(tag):
         raise BuildError(f"malformed image reference {image!r}",
                          file=file,
                          line=line, field="FROM")

@@ -109,10 +109,29 @@ class Terminus2Config(Section):
 
 
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
+#: At most this many ``{`` positions are tried as the start of the JSON object (over all
+#: candidates): each failed decode costs O(position) (the error computes its line and
+#: column), so an unbounded scan of a long turn full of ``{`` is quadratic.
+MAX_OBJECT_STARTS = 64
+
+
+_MAX_NUMBER = 1e300  # a duration above this (or an int float() cannot hold) is refused
 
 
 class _ParseError(ValueError):
     pass
+
+
+def _sendable(text: str) -> bool:
+    """A shell can receive ``text``: no NUL (bash drops it, argv refuses it) and valid UTF-8
+    (a JSON ``\\udXXX`` escape can decode to a lone surrogate, which cannot be encoded)."""
+    if "\0" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Terminus2Harness:
@@ -171,13 +190,17 @@ class Terminus2Harness:
         candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
         decoder = json.JSONDecoder()
         last_error = "no JSON object found"
+        tries = 0
         for cand in candidates:
             start = cand.find("{")
-            while start != -1:
+            while start != -1 and tries < MAX_OBJECT_STARTS:
+                tries += 1
                 try:
                     obj, _ = decoder.raw_decode(cand, start)
                 except json.JSONDecodeError as exc:
                     last_error = f"invalid JSON ({exc.msg} at char {exc.pos})"
+                except RecursionError:
+                    last_error = "invalid JSON (nested too deeply)"
                 else:
                     if isinstance(obj, dict):
                         return obj
@@ -198,9 +221,12 @@ class Terminus2Harness:
             if not isinstance(item, dict) or not isinstance(item.get("keystrokes"), str):
                 raise _ParseError(f'commands[{i}] needs a string "keystrokes"')
             duration = item.get("duration", 1.0)
-            if isinstance(duration, bool) or not isinstance(duration, int | float) or duration < 0:
+            if isinstance(duration, bool) or not isinstance(duration, int | float) or not (
+                    0 <= duration <= _MAX_NUMBER):  # False for NaN; bounds a huge int
                 raise _ParseError(f'commands[{i}].duration must be a non-negative number')
             keys: str = item["keystrokes"]
+            if not _sendable(keys):
+                raise _ParseError(f'commands[{i}].keystrokes holds a NUL or an unpaired surrogate')
             if keys.endswith("\n"):
                 keys = keys[:-1]
             if keys.strip():
