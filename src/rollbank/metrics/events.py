@@ -10,10 +10,10 @@ scheduler's closed vocabulary.
 Invariants
 - Lines are appended in emission order; each line is a complete JSON object with ``kind``
   and ``t`` (seconds on the collector clock) and, for run-level events, wall time ``wall``.
-- :meth:`emit` does no I/O most of the time: lines are buffered and written on :meth:`flush`
-  (at every ``batch_ready``, every ``flush_every`` lines, at most ``flush_interval_s`` after
-  the oldest buffered line, and on close), so a crash loses at most a few seconds of events
-  and ``tail -f`` follows a run.
+- :meth:`emit` buffers lines and writes them on :meth:`flush` (at every ``batch_ready`` and
+  ``launched``, every ``flush_every`` lines, at most ``flush_interval_s`` after the oldest
+  buffered line, and on close; a write to the page cache, no fsync), so a crash loses at
+  most a few seconds of events but never a launch, and ``tail -f`` follows a run.
 - Opening a log repairs it (:func:`repair_log`): a crash can leave a torn last line (bytes
   after the last newline) or a last line that is not a JSON object (e.g. zeros after a power
   loss); it is cut off, and the repair is recorded as ``collector.log_repaired`` (bytes cut,
@@ -32,6 +32,9 @@ from typing import IO, Any
 from rollbank.scheduling.events import Event, EventKind
 
 COLLECTOR_PREFIX = "collector."
+#: Written through at once: a batch hand-off, and every launch (so that a resumed run knows
+#: every attempt the crashed one started: ``rollbank.resume``).
+_FLUSH_AT = frozenset({EventKind.BATCH_READY, EventKind.LAUNCHED})
 
 
 def _json_default(o: object) -> Any:
@@ -62,7 +65,7 @@ class EventLog:
 
     def emit(self, event: Event) -> None:
         self._append(event.to_dict())
-        if event.kind is EventKind.BATCH_READY:
+        if event.kind in _FLUSH_AT:
             self.flush()
 
     def record(self, kind: str, t: float, **fields: Any) -> None:
