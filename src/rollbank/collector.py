@@ -359,7 +359,8 @@ def check_output_folder(out_dir: Path) -> None:
     if earlier:
         raise InputError(
             f"the output folder already holds a run ({', '.join(earlier)}); choose another "
-            "output folder (--out) or remove it", file=out_dir, field="output")
+            f"output folder (--out), remove it, or continue it (--resume {out_dir})",
+            file=out_dir, field="output")
 
 
 def _ledger(driver: CollectionDriver) -> dict[str, Any]:
