@@ -59,6 +59,7 @@ from rollbank.metrics.progress import (
     zero_variance_share,
 )
 from rollbank.metrics.summary import BatchSummary, summarize_batch
+from rollbank.resume import ResumePlan, write_record
 from rollbank.routing import router_from_config
 from rollbank.routing.router import Router
 from rollbank.scheduling.driver import CollectionDriver
@@ -224,18 +225,24 @@ async def collect(
     setup_s: float = 0.0,
     router: Router | None = None,
     on_batch: Callable[[Batch, Path], Awaitable[None]] | None = None,
+    resume: ResumePlan | None = None,
 ) -> CollectResult:
     """Run one collection with opened planes; write batches, events, episodes, summary.
 
     ``router`` replaces the one ``config.router`` describes (a trainer tells it about weight
     versions); ``on_batch(batch, path)`` runs after a batch is written, before it is
-    acknowledged (``rollbank train`` trains on it there).
+    acknowledged (``rollbank train`` trains on it there); ``resume`` continues that crashed
+    run in ``out_dir`` (``rollbank.resume``).
     """
     clock = clock or MonotonicClock()
-    check_output_folder(out_dir)  # before the first launch, not when the first batch is written
+    if resume is None:
+        check_output_folder(out_dir)  # before the first launch, not when the first batch is written
     if config.metrics.report:  # fail before collecting, not after
         require("matplotlib", "report", "metrics.report = true (report.html)")
-    dump_resolved(config, out_dir)  # creates out_dir
+    if resume is None:
+        dump_resolved(config, out_dir)  # creates out_dir
+    elif resume.remaining == 0:
+        return _nothing_left(resume)
     sched = config.scheduler
     servers = list(inference.clients)
     say = plain_printer(config)
@@ -261,7 +268,9 @@ async def collect(
     summaries: list[BatchSummary] = []
     prom: Any = None
     async with contextlib.AsyncExitStack() as stack:
-        log = stack.enter_context(EventLog(out_dir / "events.jsonl"))
+        log = stack.enter_context(EventLog(out_dir / "events.jsonl", now=clock.now))
+        if resume is not None:
+            write_record(resume, log, clock.now())
         sinks: list[EventSink] = [log, *extra_sinks]
         if config.metrics.prometheus_port is not None:
             from rollbank.metrics.prometheus import PrometheusSink
@@ -292,6 +301,8 @@ async def collect(
         task_ids = task_sequence(tasks, config.task_order_seed)
         driver = CollectionDriver(sched, runner, task_ids, sink=FanoutSink(*sinks), clock=clock,
                                   other_contention=runner.inner.verifiers_waiting)
+        if resume is not None:
+            driver.scheduler.resume_at(resume.next_index, resume.next_seq)
         log.record("run_started", clock.now(), tasks=len(tasks), servers=servers,
                    inference=inference.description, source=sandboxes.source.name,
                    capacity=capacity.to_dict() if capacity else None)
@@ -338,6 +349,13 @@ async def collect(
     return result
 
 
+def _nothing_left(resume: ResumePlan) -> CollectResult:
+    """A resumed run whose batches were all written: record the resume, collect nothing."""
+    with EventLog(resume.run_dir / "events.jsonl") as log:
+        write_record(resume, log, time.monotonic())
+    return CollectResult(resume.run_dir, [], [], None, 0.0, 0.0, 0.0)
+
+
 def check_output_folder(out_dir: Path) -> None:
     """Fail fast if ``out_dir`` holds an earlier run's outputs (batches are written once)."""
     if not out_dir.exists():
@@ -352,7 +370,8 @@ def check_output_folder(out_dir: Path) -> None:
     if earlier:
         raise InputError(
             f"the output folder already holds a run ({', '.join(earlier)}); choose another "
-            "output folder (--out) or remove it", file=out_dir, field="output")
+            f"output folder (--out), remove it, or continue it (--resume {out_dir})",
+            file=out_dir, field="output")
 
 
 def _ledger(driver: CollectionDriver) -> dict[str, Any]:
@@ -427,12 +446,17 @@ async def enter_concurrently(stack: contextlib.AsyncExitStack,
     return [t.result() for t in tasks]
 
 
-async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> CollectResult:
-    """Open the planes ``config`` describes, collect, release everything."""
+async def run_collect(config: CollectConfig, *, out_dir: Path | None = None,
+                      resume: ResumePlan | None = None) -> CollectResult:
+    """Open the planes ``config`` describes, collect, release everything (``resume``:
+    continue that crashed run, in its folder)."""
     from rollbank.episodes.sandboxes import open_sandboxes
 
-    out = out_dir or Path(config.output)
-    check_output_folder(out)  # before servers start
+    out = resume.run_dir if resume is not None else out_dir or Path(config.output)
+    if resume is None:
+        check_output_folder(out)  # before servers start
+    elif resume.remaining == 0:  # every batch was written before the crash
+        return _nothing_left(resume)
     tasks = select_tasks(config)
     say = plain_printer(config)
     t_setup = time.monotonic()
@@ -450,4 +474,4 @@ async def run_collect(config: CollectConfig, *, out_dir: Path | None = None) -> 
             say(f"set-up done in {time.monotonic() - t_setup:.0f} s; collecting {sched.num_batches} "
                 f"batch(es) of {sched.groups_per_batch} groups x {sched.bank.group_size}")
         return await collect(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
-                             out_dir=out, setup_s=time.monotonic() - t_setup)
+                             out_dir=out, setup_s=time.monotonic() - t_setup, resume=resume)

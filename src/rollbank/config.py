@@ -99,5 +99,7 @@ def dump_resolved(config: BaseModel, out_dir: Path, name: str = "config.resolved
     """Write the resolved config (defaults filled in) beside a run's outputs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / name
-    path.write_text(json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    tmp = out_dir / f".{name}.tmp"  # whole or absent: a resumed run reads it after a crash
+    tmp.write_text(json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
     return path

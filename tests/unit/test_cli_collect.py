@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rollbank.cli.collect import config_from
@@ -53,3 +55,11 @@ def test_runner_context_must_fit_the_managed_servers() -> None:
     with pytest.raises(Exception, match=r"runner.max_model_len \(4096\) exceeds.*--runner.max-model-len"):
         _config("--runner.max-model-len", "4096")
     assert _config("--runner.max-model-len", "4096", "--inference.managed.max-model-len", "4096")
+
+
+def test_resume_of_a_missing_run_is_a_typed_error_naming_the_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = f"{tmp_path}/absent"
+    assert main(["collect", "--resume", missing]) != 0
+    err = capsys.readouterr().err
+    assert "no such run folder" in err and "absent" in err and "Traceback" not in err

@@ -45,7 +45,6 @@ from rollbank.batching.schema import (
     upgrade_table,
 )
 from rollbank.batching.writer import MANIFEST_NAME, PARQUET_NAME
-from rollbank.errors import InputError
 from rollbank.extras import require
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ class TensorBatch:
         return self.advantages[:, None] * self.loss_mask
 
 
-class BatchFileError(InputError, SchemaError):
+class BatchFileError(SchemaError):
     """A batch directory that cannot be read as written (missing, truncated or corrupt
     manifest or parquet, rows that contradict themselves). Names the file; still a
     :class:`SchemaError` for callers that catch that."""

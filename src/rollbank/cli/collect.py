@@ -41,6 +41,10 @@ def register(sub: Any) -> None:
                    "(= --inference.kind external --inference.urls URL...)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted config key (VALUE parsed as JSON, else a string)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                   help="continue a crashed run in RUN_DIR with its config.resolved.json "
+                   "(written batches are kept, the remaining ones collected; other config "
+                   "flags are ignored)")
     add_config_flags(p, CollectConfig, aliases=ALIASES)
     p.set_defaults(func=run)
 
@@ -66,8 +70,15 @@ def run(args: argparse.Namespace) -> int:
     from rollbank.collector import run_collect
 
     t0 = time.monotonic()
-    config = config_from(args)
-    result = asyncio.run(run_collect(config))
+    plan = None
+    if args.resume is not None:
+        from rollbank.resume import prepare_resume
+
+        plan = prepare_resume(args.resume)
+        config = plan.config
+    else:
+        config = config_from(args)
+    result = asyncio.run(run_collect(config, resume=plan))
     out = {
         "output": str(result.out_dir),
         "batches": len(result.batches),

@@ -116,6 +116,17 @@ class Scheduler(InferenceSlots):
         self.unreachable: list[Unreachable] = []  # tasks given up on (re-queue cap reached)
         self.returned_at_close: list[GroupResult] = []
 
+    def resume_at(self, batch_index: int, next_seq: int) -> None:
+        """Continue a crashed run (before the first poll): the next batch is ``batch_index``
+        (the run stops at ``num_batches`` as before) and new groups start at ``next_seq``
+        (fresh group ids and seeds, the task sequence continues)."""
+        if self._created or self.batch_index or self._queue:
+            raise ValueError("resume_at must be called before the scheduler starts")
+        if batch_index < 0 or next_seq < 0:
+            raise ValueError("resume_at needs non-negative indices")
+        self.batch_index = batch_index
+        self._created = next_seq
+
     @property
     def naive(self) -> bool:
         return self.config.mode is SchedulingMode.NAIVE
