@@ -70,6 +70,12 @@ def test_min_reward_gate() -> None:
         ('[[steps]]\nname = "../x"\n', "steps[0].name", "letters"),
         ('[[steps]]\nname = "01-create"\nmin_reward = "high"\n', "steps[0].min_reward", "number"),
         ('[[steps]]\nname = "01-create"\nmin_reward = { a = true }\n', "steps[0].min_reward.a", "number"),
+        # regression (fuzzing, #13): nan/inf were accepted (the step could never pass) and an
+        # integer past a float's range crashed float() with an untyped OverflowError
+        ('[[steps]]\nname = "01-create"\nmin_reward = nan\n', "steps[0].min_reward", "finite"),
+        ('[[steps]]\nname = "01-create"\nmin_reward = { a = inf }\n', "steps[0].min_reward.a", "finite"),
+        ('[[steps]]\nname = "01-create"\nmin_reward = 1' + "0" * 400 + '\n', "steps[0].min_reward", "finite"),
+        ('[[steps]]\nname = "01-create\\n"\n', "steps[0].name", "letters"),
         ('[[steps]]\nname = "01-create"\nartifacts = [3]\n', "steps[0].artifacts[0]", "path"),
         ('steps = "x"\n', "steps", "array of tables"),
     ],
@@ -176,3 +182,4 @@ def test_unknown_strategy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match="one of") as err:
         load_task(task)
     assert err.value.field == "multi_step_reward_strategy"
+

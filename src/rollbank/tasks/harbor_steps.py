@@ -15,6 +15,7 @@ Layout of a multi-step task: ``steps/<name>/instruction.md`` (required), ``steps
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,7 +47,7 @@ def steps(top: Fields, root: Path, config: LoaderConfig, warnings: list[str]) ->
         f = Fields(table, file=top.file, prefix=f"steps[{i}].")
         name = f.string("name", required=True)
         assert name is not None
-        if not STEP_NAME.match(name):
+        if not STEP_NAME.fullmatch(name):
             raise TaskError(f"step name {name!r} must be letters, digits, '.', '_' or '-'",
                             file=top.file, field=f"steps[{i}].name")
         if name in seen:
@@ -97,15 +98,23 @@ def min_reward(f: Fields) -> MinReward | None:
     if value is None:
         return None
     if isinstance(value, dict):
-        out: dict[str, float] = {}
-        for k, v in value.items():
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise TaskError(f"expected a number, got {v!r}", file=f.file, field=f"{where}.{k}")
-            out[str(k)] = float(v)
-        return out
+        return {str(k): _reward_number(v, f, f"{where}.{k}") for k, v in value.items()}
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TaskError(f"expected a number or a table of numbers, got {value!r}", file=f.file, field=where)
-    return float(value)
+    return _reward_number(value, f, where)
+
+
+def _reward_number(v: object, f: Fields, where: str) -> float:
+    """A finite reward threshold (TOML admits nan, inf and integers past a float's range)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise TaskError(f"expected a number, got {v!r}", file=f.file, field=where)
+    try:
+        x = float(v)
+    except OverflowError:
+        x = math.inf
+    if not math.isfinite(x):
+        raise TaskError(f"expected a finite number, got {v!r}", file=f.file, field=where)
+    return x
 
 
 def artifacts(f: Fields) -> tuple[str, ...]:
