@@ -39,11 +39,15 @@ class AttemptContext(Protocol):
     - :meth:`inference_slot` around every generate call: it waits for one of the per-server
       inference slots; when slots are contended, attempts of older groups are served first.
       ``server`` is the base URL the router chose ("" means one shared pool).
+    - :meth:`verifier_slot` around every verifier run (and re-verify): it waits for one of
+      the scheduler's verifier slots; when contended, the group closest to complete goes first.
     """
 
     def mark_started(self) -> None: ...
 
     def inference_slot(self, server: str = "") -> AbstractAsyncContextManager[None]: ...
+
+    def verifier_slot(self) -> AbstractAsyncContextManager[None]: ...
 
 
 class NullAttemptContext:
@@ -57,6 +61,9 @@ class NullAttemptContext:
         yield
 
     def inference_slot(self, server: str = "") -> AbstractAsyncContextManager[None]:
+        return self._slot()
+
+    def verifier_slot(self) -> AbstractAsyncContextManager[None]:
         return self._slot()
 
 

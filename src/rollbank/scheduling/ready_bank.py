@@ -91,6 +91,7 @@ class _Group:
     launched_at: float
     slots: list[_Slot]
     status: GroupStatus = GroupStatus.OPEN
+    terminal: int = 0  # slots terminal so far
     attempts: list[AttemptKey] = field(default_factory=list)  # every launched key
     result: GroupResult | None = None
     valid_keys: list[AttemptKey] = field(default_factory=list)  # attempts in ``result``
@@ -128,6 +129,11 @@ class ReadyBank:
 
     def seq_of(self, group_id: str) -> int:
         return self._groups[group_id].seq
+
+    def remaining(self, group_id: str) -> int:
+        """Sibling slots of ``group_id`` not yet terminal (0 once the group is complete)."""
+        group = self._groups[group_id]
+        return len(group.slots) - group.terminal
 
     def has_launched(self, group_id: str) -> bool:
         return bool(self._groups[group_id].attempts)
@@ -167,7 +173,8 @@ class ReadyBank:
             slot.result = None
             return Retry(slot.current, group.task_id)
         slot.terminal = True
-        if all(s.terminal for s in group.slots):
+        group.terminal += 1
+        if group.terminal == len(group.slots):
             return self._complete(group)
         return None
 

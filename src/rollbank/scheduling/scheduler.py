@@ -1,7 +1,7 @@
 """The scheduler: a pure state machine deciding launches, aborts and batch emission.
 
-It owns admission into the pool of groups, the two capacities (sandbox slots; inference slots
-per server), sibling priority, the straggler policy and batch assembly. It does no I/O:
+It owns admission into the pool of groups, the three capacities (sandbox slots; inference
+slots per server, :mod:`.inference_slots`; verifier slots, :mod:`.verifier_slots`), sibling priority, the straggler policy and batch assembly. It does no I/O:
 the driver reports events (:meth:`Scheduler.on_finished`, ...) and applies the decisions
 returned by :meth:`Scheduler.poll` (:class:`Launch`, :class:`Abort`, :class:`EmitBatch`).
 
@@ -15,7 +15,7 @@ Policy (``optimized`` mode)
 - Work-conserving over-provisioning (``hold_extras_when_contended``): the attempts of the
   "extra" groups — open groups beyond the ones the next batch still needs, by ``seq`` — are
   launched only while no generate call waits for an inference slot and no verifier waits for
-  a verifier slot (``other_contention``). When inference or verification is the
+  a verifier slot. When inference or verification is the
   contended resource, extra groups would only slow the groups the batch needs; when it is not
   (a straggler tail, tool-bound episodes), they use capacity that would otherwise be idle.
 - Straggler policy once G groups are ready: ``carry`` emits and lets unfinished attempts run
@@ -40,7 +40,7 @@ Invariants
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rollbank.batching.batch import Batch, GroupResult, Unreachable
@@ -73,6 +73,7 @@ from rollbank.scheduling.types import (
     SchedulingMode,
     StragglerPolicy,
 )
+from rollbank.scheduling.verifier_slots import VerifierSlots
 
 
 def attempt_seed(base: int, seq: int, slot: int) -> int:
@@ -80,7 +81,7 @@ def attempt_seed(base: int, seq: int, slot: int) -> int:
     return (base * 1_000_003 + seq * 1_009 + slot) % (2**31 - 1)
 
 
-class Scheduler(InferenceSlots):
+class Scheduler(InferenceSlots, VerifierSlots):
     """Launch policy for one collection (see the module docstring); owns its ready bank."""
 
     def __init__(
@@ -88,11 +89,7 @@ class Scheduler(InferenceSlots):
         config: SchedulerConfig,
         task_ids: Sequence[str],
         clock: Clock,
-        *,
-        other_contention: Callable[[], bool] | None = None,
     ) -> None:
-        """``other_contention``: does a capacity the scheduler does not own (the runner's
-        verifier slots) have waiters? Read at launch time, like the clock."""
         if not task_ids:
             raise ValueError("the scheduler needs at least one task id")
         self.config = config.effective()
@@ -110,8 +107,8 @@ class Scheduler(InferenceSlots):
         self._window_start: float | None = None
         self._window_admitted = False  # naive: this window's G groups were admitted
         self._init_inference_slots(self.config.inference_slots_per_server)
+        self._init_verifier_slots(self.config.verifier_slots)
         self._holding = False  # extras were held back at the last launch for contention
-        self._other_contention = other_contention
         self._longest_aborted: dict[int, float] = {}  # seq -> longest aborted attempt (s)
         self.unreachable: list[Unreachable] = []  # tasks given up on (re-queue cap reached)
         self.returned_at_close: list[GroupResult] = []
@@ -119,6 +116,9 @@ class Scheduler(InferenceSlots):
     @property
     def naive(self) -> bool:
         return self.config.mode is SchedulingMode.NAIVE
+
+    def _remaining(self, group_id: str) -> int:
+        return self.bank.remaining(group_id)
 
     @property
     def running(self) -> frozenset[AttemptKey]:
@@ -165,6 +165,8 @@ class Scheduler(InferenceSlots):
         decision = self.bank.on_finished(key, traj)
         if isinstance(decision, Retry):
             heapq.heappush(self._queue, (decision.key, decision.task_id))
+        else:  # the slot became terminal: its group's verifier waiters move up
+            self._rerank_verifier_waiters(key.group_id)
 
     def on_aborted(self, key: AttemptKey) -> None:
         """The driver cancelled ``key`` (after an :class:`Abort`, or while closing)."""
@@ -259,8 +261,7 @@ class Scheduler(InferenceSlots):
     def _launch(self, out: list[Decision]) -> None:
         now = self.clock.now()
         hold = (not self.naive and self.config.hold_extras_when_contended
-                and (self.inference_contended()
-                     or (self._other_contention is not None and self._other_contention())))
+                and (self.inference_contended() or self.verifier_contended()))
         extras = self._extra_groups() if hold else set()
         self._holding = False
         while self._queue and len(self._running) < self.config.sandbox_slots:
