@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True, order=True)
-class AttemptKey:
-    """Identity of one attempt. Ordering is the scheduling priority: (seq, slot, retry, group_id)."""
+class AttemptKey(NamedTuple):
+    """Identity of one attempt. Ordering is the scheduling priority: (seq, slot, retry, group_id).
+
+    A named tuple (immutable, hashed and ordered in C: the scheduler's heaps and dicts hold
+    one per attempt)."""
 
     seq: int  # original launch order of the group (priority; lower first)
     slot: int  # sibling slot within the group, 0..group_size-1

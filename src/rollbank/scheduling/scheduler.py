@@ -89,14 +89,18 @@ class Scheduler(InferenceSlots, VerifierSlots):
         config: SchedulerConfig,
         task_ids: Sequence[str],
         clock: Clock,
+        *,
+        record_events: bool = True,
     ) -> None:
+        """``record_events=False`` (long simulations): lifecycle events are not kept."""
         if not task_ids:
             raise ValueError("the scheduler needs at least one task id")
         self.config = config.effective()
         self.task_ids = list(task_ids)
         self.clock = clock
-        self.outbox: list[Event] = []
-        self.bank = ReadyBank(self.config.bank, clock, self.outbox)
+        self._record = record_events
+        self.outbox: list[Event] = [] if record_events else _Discard()
+        self.bank = ReadyBank(self.config.bank, clock, self.outbox, record_events=record_events)
         self.done = False
         self.batch_index = 0
         self._created = 0  # groups created from the task sequence (re-queues not counted)
@@ -155,13 +159,14 @@ class Scheduler(InferenceSlots, VerifierSlots):
         """The runner returned ``traj`` for ``key`` (ignored if the attempt was aborted)."""
         if self._running.pop(key, None) is None:
             return
-        launched_at = self.bank.ledger.entries[key].launched_at
-        self.outbox.append(AttemptFinished(
-            kind=EventKind.FINISHED, t=self.clock.now(), **self._ids(key),
-            outcome=_outcome_of(traj), duration_s=self.clock.now() - launched_at,
-            model_tokens=traj.num_model_tokens, total_tokens=len(traj.token_ids),
-            servers=tuple(traj.servers),
-        ))
+        if self._record:
+            launched_at = self.bank.ledger.entries[key].launched_at
+            self.outbox.append(AttemptFinished(
+                kind=EventKind.FINISHED, t=self.clock.now(), **self._ids(key),
+                outcome=_outcome_of(traj), duration_s=self.clock.now() - launched_at,
+                model_tokens=traj.num_model_tokens, total_tokens=len(traj.token_ids),
+                servers=tuple(traj.servers),
+            ))
         decision = self.bank.on_finished(key, traj)
         if isinstance(decision, Retry):
             heapq.heappush(self._queue, (decision.key, decision.task_id))
@@ -211,11 +216,11 @@ class Scheduler(InferenceSlots, VerifierSlots):
             self.release(b)
         self.returned_at_close = self.bank.close()
         self.done = True
-        self.bank.check()
+        self.bank.check(full=True)
 
     # ------------------------------------------------------------ internals
     def _pool_size(self) -> int:
-        return len(self.bank.open_groups()) + self.bank.ready_count
+        return self.bank.open_count + self.bank.ready_count
 
     def _can_create(self) -> bool:
         return self.config.max_groups is None or self._created < self.config.max_groups
@@ -279,7 +284,8 @@ class Scheduler(InferenceSlots, VerifierSlots):
             self._running[key] = task_id
             seed = attempt_seed(self.config.seed, key.seq, key.slot)
             spec = AttemptSpec(key, task_id, seed, self.config.bank.group_size, now)
-            self.outbox.append(self._event(EventKind.LAUNCHED, key))
+            if self._record:
+                self.outbox.append(self._event(EventKind.LAUNCHED, key))
             out.append(Launch(spec))
 
     def _exhausted(self) -> bool:
@@ -290,7 +296,7 @@ class Scheduler(InferenceSlots, VerifierSlots):
     def _batch_due(self) -> bool:
         g = self.config.groups_per_batch
         ready = self.bank.ready_count
-        open_groups = bool(self.bank.open_groups())
+        open_groups = self.bank.open_count > 0
         if self.naive:
             return self._window_admitted and not open_groups
         if self._exhausted():
@@ -316,7 +322,8 @@ class Scheduler(InferenceSlots, VerifierSlots):
                 if u is not None:
                     unreachable.append(u)
         accepted = self.bank.consumed_entries([g.group_id for g in groups])
-        profile = selection_profile(groups, accepted, self.bank.ledger.entries.values(), now)
+        ledger = self.bank.ledger
+        profile = selection_profile(groups, accepted, ledger.pool, ledger.in_flight(), now)
         for e in self.bank.ledger.unsettled():
             if e.state is AttemptState.DELIVERED:
                 continue  # in a batch (this one or one awaiting acknowledgement), not carried
@@ -385,6 +392,13 @@ class Scheduler(InferenceSlots, VerifierSlots):
 
     def _event(self, kind: EventKind, key: AttemptKey) -> AttemptEvent:
         return AttemptEvent(kind=kind, t=self.clock.now(), **self._ids(key))
+
+
+class _Discard(list[Event]):
+    """An outbox that keeps nothing."""
+
+    def append(self, event: Event) -> None:
+        return None
 
 
 def _outcome_of(traj: Trajectory) -> EpisodeOutcome:
