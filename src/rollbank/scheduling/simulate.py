@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 from rollbank.batching.batch import Batch, Unreachable
 from rollbank.clock import FakeClock
-from rollbank.episodes.outcome import Reason
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.trajectory import Trajectory
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import Event
-from rollbank.scheduling.fake import FakePlan, make_trajectory
 from rollbank.scheduling.ledger import AttemptState
 from rollbank.scheduling.scheduler import Scheduler
 from rollbank.scheduling.sim_model import SimCapacity, SimTurn
@@ -97,6 +97,7 @@ class _Sim:
         self.wake = True  # poll the scheduler before the next event
         self.inf_busy = self.inf_wait = self.ver_wait = 0.0
         self.prefill = self.cached_tokens = 0
+        self.outcomes: dict[tuple[Reason, float | None], EpisodeOutcome] = {}
 
     def push(self, t: float, phase: int, key: AttemptKey) -> None:
         self.n += 1
@@ -173,9 +174,26 @@ class _Sim:
 
     def finish(self, key: AttemptKey, run: _Run, now: float) -> None:
         del self.live[key]
-        plan = FakePlan(run.ep.reason, run.ep.reward, turns=1)
-        self.s.on_finished(key, make_trajectory(run.spec, plan, now=now))
+        self.s.on_finished(key, self.trajectory(run, now))
         self.wake = True
+
+    def trajectory(self, run: _Run, now: float) -> Trajectory:
+        """The returned record: the scripted outcome and the episode's generated tokens."""
+        ep, spec = run.ep, run.spec
+        outcome = self.outcomes.get((ep.reason, ep.reward))
+        if outcome is None:
+            outcome = self.outcomes[(ep.reason, ep.reward)] = EpisodeOutcome.of(
+                ep.reason, reward=ep.reward)
+        traj = Trajectory(
+            trajectory_id=spec.attempt_id, group_id=spec.group_id, task_id=spec.task_id,
+            attempt=spec.slot, retry=spec.retry, seed=spec.seed, launched_at=spec.launched_at,
+            started_at=spec.launched_at, finished_at=now, outcome=outcome)
+        n = sum(t.tokens for t in ep.turns) or 1
+        traj.token_ids = [100] * n
+        traj.logprobs = [-0.5] * n
+        traj.loss_mask = [1] * n
+        traj.policy_versions = [0] * n
+        return traj
 
     def abort(self, key: AttemptKey, now: float) -> None:
         run = self.live.pop(key, None)
