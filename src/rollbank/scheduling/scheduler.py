@@ -55,6 +55,7 @@ from rollbank.scheduling.events import (
     AttemptFinished,
     BatchEvent,
     BatchHandoff,
+    DiscardOutbox,
     Event,
     EventKind,
     TaskUnreachable,
@@ -92,14 +93,13 @@ class Scheduler(InferenceSlots, VerifierSlots):
         *,
         record_events: bool = True,
     ) -> None:
-        """``record_events=False`` (long simulations): lifecycle events are not kept."""
         if not task_ids:
             raise ValueError("the scheduler needs at least one task id")
         self.config = config.effective()
         self.task_ids = list(task_ids)
         self.clock = clock
-        self._record = record_events
-        self.outbox: list[Event] = [] if record_events else _Discard()
+        self._record = record_events  # False (long simulations): no event objects are built
+        self.outbox: list[Event] = [] if record_events else DiscardOutbox()
         self.bank = ReadyBank(self.config.bank, clock, self.outbox, record_events=record_events)
         self.done = False
         self.batch_index = 0
@@ -121,7 +121,7 @@ class Scheduler(InferenceSlots, VerifierSlots):
     def naive(self) -> bool:
         return self.config.mode is SchedulingMode.NAIVE
 
-    def _remaining(self, group_id: str) -> int:
+    def _remaining(self, group_id: str) -> int:  # for VerifierSlots
         return self.bank.remaining(group_id)
 
     @property
@@ -170,12 +170,12 @@ class Scheduler(InferenceSlots, VerifierSlots):
         decision = self.bank.on_finished(key, traj)
         if isinstance(decision, Retry):
             heapq.heappush(self._queue, (decision.key, decision.task_id))
-        else:  # the slot became terminal: its group's verifier waiters move up
-            self._rerank_verifier_waiters(key.group_id)
+        self._attempt_returned(key)  # its group's verifier waiters are re-ranked
 
     def on_aborted(self, key: AttemptKey) -> None:
         """The driver cancelled ``key`` (after an :class:`Abort`, or while closing)."""
         if self._running.pop(key, None) is not None:
+            self._attempt_returned(key)
             self.outbox.append(self._event(EventKind.ABORTED, key))
 
     def ack(self, batch_index: int) -> list[AttemptKey]:
@@ -369,6 +369,7 @@ class Scheduler(InferenceSlots, VerifierSlots):
             self._queue = queued
         for key in self.bank.abort_group(gid):
             self._running.pop(key, None)
+            self._attempt_returned(key)
             launched = self.bank.ledger.entries[key].launched_at
             self._longest_aborted[seq] = max(self._longest_aborted.get(seq, 0.0), now - launched)
             self.outbox.append(self._event(EventKind.ABORTED, key))
@@ -392,13 +393,6 @@ class Scheduler(InferenceSlots, VerifierSlots):
 
     def _event(self, kind: EventKind, key: AttemptKey) -> AttemptEvent:
         return AttemptEvent(kind=kind, t=self.clock.now(), **self._ids(key))
-
-
-class _Discard(list[Event]):
-    """An outbox that keeps nothing."""
-
-    def append(self, event: Event) -> None:
-        return None
 
 
 def _outcome_of(traj: Trajectory) -> EpisodeOutcome:

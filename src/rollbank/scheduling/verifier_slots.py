@@ -1,11 +1,13 @@
 """Verifier slots: the scheduler's third capacity (a mixin of the Scheduler).
 
 Verifiers are CPU-bound test suites; at most ``verifier_slots`` run at once (None: no limit).
-Waiters are granted by group completion: the group with the fewest slots still not terminal
-verifies first (a verified sibling may complete it), then ``(seq, slot, retry)`` (older
-groups first); ``naive`` mode serves first come first served. A waiter's rank follows its
-group: when a sibling finishes, the group's waiters are re-ranked (stale heap entries are
-skipped when popped). Pure bookkeeping: the driver turns grants into awakened futures.
+Waiters are granted by group completion: the group with the fewest siblings still running
+their episode (neither terminal nor at the verifier — waiting, verifying, or verified and not
+yet returned) verifies first, since its verdicts complete it soonest; ties go to
+``(seq, slot, retry)`` (older groups first); ``naive`` mode serves first come first served.
+A waiter's rank follows its group: when a sibling reaches the verifier, returns or is
+aborted, the group's waiters are re-ranked (stale heap entries are skipped when popped).
+Pure bookkeeping: the driver turns grants into awakened futures.
 
 Invariant: granted verifier slots never exceed the limit; a key waits at most once.
 """
@@ -27,6 +29,7 @@ class VerifierSlots:
     _ver_wait: list[tuple[Rank, AttemptKey]]
     _ver_rank: dict[AttemptKey, Rank]  # current rank of each waiter
     _ver_by_group: dict[str, set[AttemptKey]]  # group id -> its waiters
+    _ver_past: dict[str, set[AttemptKey]]  # group id -> attempts at or past the verifier
     _ver_arrivals: int
 
     @property
@@ -43,15 +46,25 @@ class VerifierSlots:
         self._ver_wait = []
         self._ver_rank = {}
         self._ver_by_group = {}
+        self._ver_past = {}
         self._ver_arrivals = 0
+
+    def _still_running(self, group_id: str) -> int:
+        """Siblings of ``group_id`` neither terminal nor at the verifier."""
+        return self._remaining(group_id) - len(self._ver_past.get(group_id, ()))
 
     def _ver_rank_of(self, key: AttemptKey, arrival: int) -> Rank:
         if self.naive:
             return (arrival,)
-        return (self._remaining(key.group_id), key.seq, key.slot, key.retry, arrival)
+        return (self._still_running(key.group_id), key.seq, key.slot, key.retry, arrival)
 
     def request_verifier(self, key: AttemptKey) -> bool:
         """True: granted now. False: queued; a later :meth:`release_verifier` grants it."""
+        if self._ver_slots is not None and not self.naive:
+            past = self._ver_past.setdefault(key.group_id, set())
+            if key not in past:
+                past.add(key)
+                self._rerank_verifier_waiters(key.group_id)
         if self._ver_slots is None or (len(self._ver_busy) < self._ver_slots
                                        and not self._ver_rank):
             self._ver_busy.add(key)
@@ -81,13 +94,21 @@ class VerifierSlots:
         if key in self._ver_rank:
             self._forget_waiter(key)  # its heap entry is now stale
 
+    def _attempt_returned(self, key: AttemptKey) -> None:
+        """``key`` returned or was aborted: it is no longer at the verifier; re-rank."""
+        past = self._ver_past.get(key.group_id)
+        if past is not None:
+            past.discard(key)
+            if not past:
+                del self._ver_past[key.group_id]
+        self._rerank_verifier_waiters(key.group_id)
+
     def _rerank_verifier_waiters(self, group_id: str) -> None:
-        """A sibling of ``group_id`` became terminal: its waiters move up."""
         waiting = self._ver_by_group.get(group_id)
         if not waiting or self.naive:
             return
         for k in waiting:
-            rank = (self._remaining(group_id), *self._ver_rank[k][1:])
+            rank = (self._still_running(group_id), *self._ver_rank[k][1:])
             if rank != self._ver_rank[k]:
                 self._ver_rank[k] = rank
                 heapq.heappush(self._ver_wait, (rank, k))
