@@ -33,9 +33,10 @@ def _arm(args: argparse.Namespace, task_ids: list[str], *, naive: bool, slots: i
 
     cfg = scheduler_config(args, 0, naive=naive, slots=slots, pool=pool)
     w0, c0 = time.monotonic(), time.process_time()
-    res = simulate(cfg, task_ids, episode_fn(args, 0, memo), capacity=capacity(args))
+    res = simulate(cfg, task_ids, episode_fn(args, 0, memo), capacity=capacity(args),
+                   keep_trajectories=False)
     wall, cpu = time.monotonic() - w0, time.process_time() - c0
-    delivered = sum(len(b.trajectories) for b in res.batches)
+    delivered = res.trajectories
     return {
         "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
         "trajectories": delivered, "batches": len(res.batches), "launched": res.launched,

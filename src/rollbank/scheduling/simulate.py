@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rollbank.batching.batch import Batch, Unreachable
 from rollbank.clock import FakeClock
@@ -61,6 +61,7 @@ class SimResult:
     verifier_wait_s: float = 0.0  # seconds finished episodes waited for a verifier slot
     prefill_tokens: int = 0  # prompt tokens prefilled (not cached)
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    trajectories: int = 0  # trajectories delivered in the batches
 
     @property
     def batch_times(self) -> list[float]:
@@ -229,13 +230,19 @@ def simulate(
     capacity: SimCapacity | None = None,
     max_events: int = 100_000_000,
     events: list[Event] | None = None,
+    keep_trajectories: bool = True,
 ) -> SimResult:
-    """Run ``config`` over ``workload`` in virtual time; lifecycle events go to ``events``."""
+    """Run ``config`` over ``workload`` in virtual time; lifecycle events go to ``events``.
+
+    ``keep_trajectories=False`` (long runs): the returned batches keep their accounting and
+    profile but not their groups, so a million trajectories are not all held in memory
+    (their number is :attr:`SimResult.trajectories`)."""
     sink = events
     clock = FakeClock()
     sched = Scheduler(config, task_ids, clock, record_events=sink is not None)
     sim = _Sim(sched, capacity or SimCapacity(), clock)
     batches: list[Batch] = []
+    delivered = 0
     heap = sim.heap
     for _ in range(max_events):
         if sim.wake:
@@ -247,7 +254,8 @@ def simulate(
                 elif isinstance(d, Abort):
                     sim.abort(d.key, now)
                 elif isinstance(d, EmitBatch):
-                    batches.append(d.batch)
+                    delivered += len(d.batch.trajectories)
+                    batches.append(d.batch if keep_trajectories else replace(d.batch, groups=()))
                     sched.ack(d.batch.index)  # the simulated consumer takes every batch at once
             if sink is not None:
                 sink += sched.drain_events()
@@ -273,5 +281,5 @@ def simulate(
         sandbox_busy_s=sum(e.held_s(end) for e in ledger.entries.values()),
         inference_busy_s=sim.inf_busy, inference_wait_s=sim.inf_wait,
         verifier_wait_s=sim.ver_wait, prefill_tokens=sim.prefill,
-        cached_tokens=sim.cached_tokens,
+        cached_tokens=sim.cached_tokens, trajectories=delivered,
     )
