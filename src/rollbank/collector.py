@@ -299,8 +299,9 @@ async def collect(
             stack.callback(progress.close)
             sinks.append(progress)
         task_ids = task_sequence(tasks, config.task_order_seed)
-        driver = CollectionDriver(sched, runner, task_ids, sink=FanoutSink(*sinks), clock=clock,
-                                  other_contention=runner.inner.verifiers_waiting)
+        verifiers = sched.verifier_slots or config.runner.verifier_slots or os.cpu_count()
+        driver = CollectionDriver(sched.model_copy(update={"verifier_slots": verifiers}), runner,
+                                  task_ids, sink=FanoutSink(*sinks), clock=clock)
         if resume is not None:
             driver.scheduler.resume_at(resume.next_index, resume.next_seq)
         log.record("run_started", clock.now(), tasks=len(tasks), servers=servers,

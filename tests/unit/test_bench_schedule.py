@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rollbank.bench.schedule import _main, add_arguments
 
@@ -29,3 +30,29 @@ def test_sweep_reports_every_cell_with_spread() -> None:
     # and pays for it in unconsumed attempts
     assert over["ratio"]["median"] < same["ratio"]["median"]
     assert over["waste_attempts"]["median"] > 0
+
+
+def test_scale_run_times_both_arms_and_what_if_sweeps_every_factor(tmp_path: Path) -> None:
+    from rollbank.bench.schedule_scale import WHAT_IF
+
+    plot = tmp_path / "what-if.png"
+    a = args("--groups", "4", "--group-size", "4", "--pool-groups", "6", "--sandbox-slots",
+             "32", "--verifier-slots", "4", "--trajectories", "64", "--what-if",
+             "--what-if-trajectories", "32", "--plot", str(plot))
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError:
+        a.plot = ""
+    out = _main(a)
+    scale = out["scale"]
+    assert scale["batches"] == 4  # ceil(64 / (4 x 4))
+    for arm in ("naive", "optimized"):
+        assert scale[arm]["trajectories"] <= 64 and scale[arm]["launched"] >= 60
+        assert scale[arm]["cpu_s"] >= 0 and scale[arm]["wall_s"] >= 0
+    assert out["per_attempt"]["model"] == "contention"
+    rows = out["what_if"]["rows"]
+    assert [(r["factor"], r["value"]) for r in rows] == [
+        (f, v) for f, vs in WHAT_IF.items() for v in vs]
+    assert all(r["naive_s"] > 0 and r["optimized_s"] > 0 for r in rows)
+    if a.plot:
+        assert plot.stat().st_size > 0

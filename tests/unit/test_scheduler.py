@@ -274,14 +274,17 @@ def test_groups_the_batch_needs_launch_despite_contention() -> None:
 
 
 def test_extra_groups_wait_while_verifiers_are_contended() -> None:
-    verifiers_busy = True
     clock = FakeClock()
     s = Scheduler(SchedulerConfig(bank=ReadyBankConfig(group_size=2), groups_per_batch=1,
-                                  pool_groups=2, sandbox_slots=2),
-                  TASKS, clock, other_contention=lambda: verifiers_busy)
+                                  pool_groups=2, sandbox_slots=2, verifier_slots=1),
+                  TASKS, clock)
     h = Harness(s)
     first = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
-    h.finish(first[0])  # a slot frees while verifiers are contended: g1 (extra) waits
+    assert s.request_verifier(first[0]) and not s.request_verifier(first[1])
+    s.release_verifier(first[0])  # first[1] is granted; nobody waits any more
+    assert not s.verifier_contended()
+    assert not s.request_verifier(first[0])  # a re-verify waits: verification is contended
+    h.finish(first[1])  # a slot frees while verifiers are contended: g1 (extra) waits
     assert [d for d in h.poll() if isinstance(d, Launch)] == [] and s.holding_extras
-    verifiers_busy = False
+    assert s.release_verifier(first[1]) == [first[0]]  # contention ends
     assert [(d.spec.key.seq, d.spec.key.slot) for d in h.poll() if isinstance(d, Launch)] == [(1, 0)]

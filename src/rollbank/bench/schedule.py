@@ -2,13 +2,19 @@
 
 The real :class:`~rollbank.scheduling.scheduler.Scheduler` and ready bank run under a fake
 clock (:func:`~rollbank.scheduling.simulate.simulate`) on the trace workload the real benchmark
-uses (:mod:`rollbank.episodes.workload`, same task ids and seeds): an attempt holds a sandbox
-slot for ``overhead_s`` (sandbox start + verifier) plus, per planned turn, its decode time at
-``decode_rate`` tokens/s plus ``ttft_s`` plus the turn's tool latency. Nothing else is
-modelled: no CPU contention between inference, sandboxes and verifiers, no cold starts, no
-prefill — so this isolates what over-provisioning and the straggler policy buy on a given tail
-shape, and runs in seconds. Every (sandbox slots, G') cell is repeated with ``--repeats``
-seeds (task order, workload and attempt seeds all change) and reported as median and range.
+uses (:mod:`rollbank.episodes.workload`, same task ids and seeds).
+
+``--model contention`` (default): an attempt holds a sandbox slot for ``--start-s``, then per
+planned turn a generate call on its group's server that waits for one of the scheduler's
+``--inference-slots`` and takes the latency profile's time (prefill of uncached prompt tokens:
+the group's ``--prompt-tokens`` once per server, then ``--obs-tokens`` per turn; decode at the
+batch size it joins), then the turn's tool latency; then ``--verify-s`` inside one of the
+scheduler's ``--verifier-slots``. ``--model durations``: the older fixed-duration model
+(``overhead_s`` + per turn tokens / ``decode_rate`` + ``ttft_s`` + tool latency), no contention.
+Not modelled: CPU contention between sandboxes and inference, cold starts, cache eviction.
+Every (sandbox slots, G') cell is repeated with ``--repeats`` seeds (task order, workload and
+attempt seeds all change) and reported as median and range. ``--trajectories N`` instead
+times both arms at scale (``bench/schedule_scale.py``), with ``--what-if`` sweeps.
 """
 
 from __future__ import annotations
@@ -22,7 +28,13 @@ from typing import TYPE_CHECKING, Any
 from rollbank.bench.collect import add_trace_argument, trace_overrides
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rollbank.episodes.workload import TraceWorkload
+    from rollbank.scheduling.config import SchedulerConfig
+    from rollbank.scheduling.sim_model import SimCapacity
+    from rollbank.scheduling.simulate import SimEpisode
+    from rollbank.scheduling.types import AttemptSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +52,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_trace_argument(parser)
     a("--decode-rate", type=float, default=200.0, help="tokens/s of one sequence")
     a("--ttft-s", type=float, default=0.02, help="time to first token per turn (s)")
-    a("--overhead-s", type=float, default=1.0, help="sandbox start + verifier per attempt (s)")
+    a("--overhead-s", type=float, default=1.0,
+      help="durations model: sandbox start + verifier per attempt (s)")
+    a("--model", default="contention", choices=("contention", "durations"),
+      help="contention: inference/verifier slots, latency profile, prefix cache")
+    a("--start-s", type=float, default=0.5, help="contention: sandbox start per attempt (s)")
+    a("--verify-s", type=float, default=0.5, help="contention: verifier run per attempt (s)")
+    a("--verifier-slots", type=int, default=0, help="contention: verifier slots (0: unlimited)")
+    a("--servers", type=int, default=4, help="contention: inference servers")
+    a("--inference-slots", type=int, default=64, help="contention: generate slots per server")
+    a("--prompt-tokens", type=int, default=512, help="contention: task prompt (group prefix)")
+    a("--obs-tokens", type=int, default=64, help="contention: observation tokens per turn")
+    a("--prefill-s-per-token", type=float, default=0.0001, help="profile: prefill s/token")
+    a("--decode-s-per-token", type=float, default=0.005, help="profile: decode s/token alone")
+    a("--decode-batch-slope", type=float, default=0.01,
+      help="profile: decode slowdown per extra sequence in the batch")
+    a("--no-prefix-cache", action="store_true", help="contention: every prompt prefilled")
+    a("--trajectories", type=int, default=0,
+      help="scale run: both arms to this many trajectories each, wall/CPU time per arm")
+    a("--what-if", action="store_true",
+      help="with --trajectories: one-factor sweeps (G'/G, n, slots, servers, tool tail)")
+    a("--plot", default="", help="with --what-if: write the sweep plot (PNG) here")
+    a("--what-if-trajectories", type=int, default=16384,
+      help="with --what-if: trajectories per arm at each sweep point")
 
 
 def _workload(args: argparse.Namespace, seed: int) -> TraceWorkload:
@@ -50,27 +84,66 @@ def _workload(args: argparse.Namespace, seed: int) -> TraceWorkload:
     return TraceWorkload(WorkloadConfig.model_validate(o))
 
 
-def _one(args: argparse.Namespace, task_ids: list[str], seed: int, *, naive: bool, slots: int,
-         pool: int) -> dict[str, float]:
-    from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-    from rollbank.scheduling.simulate import SimEpisode, simulate
-    from rollbank.scheduling.types import AttemptSpec, SchedulingMode, StragglerPolicy
+def capacity(args: argparse.Namespace) -> SimCapacity:
+    from rollbank.scheduling.sim_model import LatencyProfile, SimCapacity
+
+    profile = LatencyProfile("bench", args.prefill_s_per_token, args.decode_s_per_token,
+                             args.decode_batch_slope)
+    return SimCapacity(args.servers, profile, prefix_cache=not args.no_prefix_cache)
+
+
+def episode_fn(args: argparse.Namespace, seed: int,
+               memo: dict[int, float] | None = None) -> Callable[[AttemptSpec], SimEpisode]:
+    """The simulated episode of an attempt: its trace plan under ``--model``. ``memo``
+    (durations model) keeps each attempt seed's duration, so a second arm on the same
+    seeds reuses the first arm's plans (an attempt seed is unique per (seq, slot))."""
+    from rollbank.scheduling.sim_model import SimTurn
+    from rollbank.scheduling.simulate import SimEpisode
 
     w = _workload(args, seed)
 
-    def episode(spec: AttemptSpec) -> SimEpisode:
-        plan = w.plan(spec.task_id, spec.seed)
-        turn_s = sum(t.tokens / args.decode_rate + args.ttft_s + t.tool_s for t in plan.turns)
-        return SimEpisode(args.overhead_s + turn_s)
+    def durations(spec: AttemptSpec) -> SimEpisode:
+        d = memo.get(spec.seed) if memo is not None else None
+        if d is None:
+            plan = w.plan(spec.task_id, spec.seed)
+            d = args.overhead_s + sum(t.tokens / args.decode_rate + args.ttft_s + t.tool_s
+                                      for t in plan.turns)
+            if memo is not None:
+                memo[spec.seed] = d
+        return SimEpisode(d)
 
-    cfg = SchedulerConfig(
+    def contention(spec: AttemptSpec) -> SimEpisode:
+        plan = w.plan(spec.task_id, spec.seed)
+        turns = tuple(SimTurn(args.obs_tokens if k else args.prompt_tokens, t.tokens, t.tool_s)
+                      for k, t in enumerate(plan.turns))
+        return SimEpisode(args.start_s, turns=turns, verify_s=args.verify_s)
+
+    return contention if args.model == "contention" else durations
+
+
+def scheduler_config(args: argparse.Namespace, seed: int, *, naive: bool, slots: int,
+                     pool: int) -> SchedulerConfig:
+    from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
+    from rollbank.scheduling.types import SchedulingMode, StragglerPolicy
+
+    contention = args.model == "contention"
+    return SchedulerConfig(
         mode=SchedulingMode.NAIVE if naive else SchedulingMode.OPTIMIZED,
         groups_per_batch=args.groups, pool_groups=args.groups if naive else pool,
         straggler=StragglerPolicy.WAIT if naive else StragglerPolicy(args.straggler),
         sandbox_slots=slots, num_batches=args.batches, seed=seed,
+        inference_slots_per_server=args.inference_slots if contention else 16,
+        verifier_slots=(args.verifier_slots or None) if contention else None,
         bank=ReadyBankConfig(group_size=args.group_size),
     )
-    res = simulate(cfg, task_ids, episode)
+
+
+def _one(args: argparse.Namespace, task_ids: list[str], seed: int, *, naive: bool, slots: int,
+         pool: int) -> dict[str, float]:
+    from rollbank.scheduling.simulate import simulate
+
+    cfg = scheduler_config(args, seed, naive=naive, slots=slots, pool=pool)
+    res = simulate(cfg, task_ids, episode_fn(args, seed), capacity=capacity(args))
     return {"time_per_batch_s": res.end_s / args.batches, "launched": res.launched,
             "waste": res.waste, "waste_share": res.waste / res.launched if res.launched else 0.0}
 
@@ -80,14 +153,36 @@ def _spread(xs: list[float]) -> dict[str, float]:
             "max": round(max(xs), 3)}
 
 
-def _main(args: argparse.Namespace) -> dict[str, Any]:
+def load_tasks(args: argparse.Namespace) -> list[Any]:
     from rollbank.collect_config import load_collect_config
-    from rollbank.collector import select_tasks, task_sequence
+    from rollbank.collector import select_tasks
 
-    t0 = time.monotonic()
     cfg = load_collect_config(None, {"tasks": args.tasks, "exclude_costs": [
         c for c in args.exclude_costs.split(",") if c]})
-    tasks = select_tasks(cfg)
+    return list(select_tasks(cfg))
+
+
+def model_description(args: argparse.Namespace) -> dict[str, Any]:
+    if args.model == "durations":
+        return {"model": "durations", "decode_rate": args.decode_rate, "ttft_s": args.ttft_s,
+                "overhead_s": args.overhead_s}
+    cap = capacity(args)
+    return {"model": "contention", "start_s": args.start_s, "verify_s": args.verify_s,
+            "verifier_slots": args.verifier_slots or None, "servers": cap.servers,
+            "inference_slots_per_server": args.inference_slots,
+            "prompt_tokens": args.prompt_tokens, "obs_tokens": args.obs_tokens,
+            "prefix_cache": cap.prefix_cache, "profile": vars(cap.profile)}
+
+
+def _main(args: argparse.Namespace) -> dict[str, Any]:
+    from rollbank.collector import task_sequence
+
+    if args.trajectories:
+        from rollbank.bench.schedule_scale import scale_main
+
+        return scale_main(args)
+    t0 = time.monotonic()
+    tasks = load_tasks(args)
     pools = [int(x) for x in args.pool_groups.split(",") if x]
     slot_counts = [int(x) for x in args.sandbox_slots.split(",") if x]
     seeds = list(range(args.repeats))
@@ -109,13 +204,11 @@ def _main(args: argparse.Namespace) -> dict[str, Any]:
             })
     return {
         "benchmark": "schedule (virtual time)",
-        "model": "real Scheduler + ready bank on a fake clock; attempt = overhead + per turn "
-                 "(tokens / decode_rate + ttft + tool latency); no CPU contention",
+        "model": "real Scheduler + ready bank on a fake clock (see bench/schedule.py)",
         "size": {"groups": args.groups, "group_size": args.group_size, "batches": args.batches,
                  "repeats": args.repeats, "straggler": args.straggler, "tasks": len(tasks)},
         "workload": _workload(args, 0).config.model_dump(mode="json"),
-        "per_attempt": {"decode_rate": args.decode_rate, "ttft_s": args.ttft_s,
-                        "overhead_s": args.overhead_s},
+        "per_attempt": model_description(args),
         "cells": cells,
         "bench_run_s": round(time.monotonic() - t0, 2),
     }

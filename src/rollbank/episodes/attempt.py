@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True, order=True)
-class AttemptKey:
-    """Identity of one attempt. Ordering is the scheduling priority: (seq, slot, retry, group_id)."""
+class AttemptKey(NamedTuple):
+    """Identity of one attempt. Ordering is the scheduling priority: (seq, slot, retry, group_id).
+
+    A named tuple (immutable, hashed and ordered in C: the scheduler's heaps and dicts hold
+    one per attempt)."""
 
     seq: int  # original launch order of the group (priority; lower first)
     slot: int  # sibling slot within the group, 0..group_size-1
@@ -39,11 +41,15 @@ class AttemptContext(Protocol):
     - :meth:`inference_slot` around every generate call: it waits for one of the per-server
       inference slots; when slots are contended, attempts of older groups are served first.
       ``server`` is the base URL the router chose ("" means one shared pool).
+    - :meth:`verifier_slot` around every verifier run (and re-verify): it waits for one of
+      the scheduler's verifier slots; when contended, the group closest to complete goes first.
     """
 
     def mark_started(self) -> None: ...
 
     def inference_slot(self, server: str = "") -> AbstractAsyncContextManager[None]: ...
+
+    def verifier_slot(self) -> AbstractAsyncContextManager[None]: ...
 
 
 class NullAttemptContext:
@@ -57,6 +63,9 @@ class NullAttemptContext:
         yield
 
     def inference_slot(self, server: str = "") -> AbstractAsyncContextManager[None]:
+        return self._slot()
+
+    def verifier_slot(self) -> AbstractAsyncContextManager[None]:
         return self._slot()
 
 

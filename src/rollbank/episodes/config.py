@@ -37,8 +37,9 @@ class RunnerConfig(Section):
     )
     verifier_slots: int | None = Field(
         default=None, ge=1,
-        description="verifiers running at once (they are CPU-bound test suites: more than the "
-        "cores makes each slower and can push them past their timeout); None: the CPU count",
+        description="verifiers running at once, when scheduler.verifier_slots is unset (the "
+        "scheduler owns the slots and lends them through the attempt context; CPU-bound test "
+        "suites: more than the cores makes each slower); None: the CPU count",
     )
     health_probe_timeout_s: float = Field(
         default=10.0, gt=0, description="deadline of the trivial command that probes a sandbox on "

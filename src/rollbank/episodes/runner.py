@@ -12,9 +12,8 @@ Invariants
   :class:`EpisodeOutcome` (a failed episode is data). Only cancellation propagates.
 - The sandbox (and its shell session) is closed on every path, cancellation included.
 - Every routed request is reported back to the router exactly once (finish or abort).
-- At most ``verifier_slots`` verifiers run at once (one limiter for that CPU resource),
-  older groups first (the attempt's scheduling priority); the verifier's own timeout starts
-  only once it holds a slot.
+- Every verifier run holds the scheduler's verifier slot (``attempt.ctx.verifier_slot()``:
+  the group closest to complete first); the verifier's own timeout starts once it holds it.
 - The returned trajectory matches its :class:`AttemptSpec` (id, group, task, slot, retry,
   seed, launched_at) and carries spans (``episodes/spans.py``) for the metrics.
 - Its token sequence never exceeds ``max_model_len``: an observation after which no turn
@@ -31,14 +30,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import traceback
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
 from rollbank.clock import Clock, MonotonicClock
-from rollbank.episodes.attempt import AttemptKey, AttemptSpec
+from rollbank.episodes.attempt import AttemptContext, AttemptSpec
 from rollbank.episodes.attribution import (
     TIMED_OUT_ENDS,
     VERIFIABLE,
@@ -54,7 +52,6 @@ from rollbank.episodes.config import RunnerConfig
 from rollbank.episodes.conversation import Conversation
 from rollbank.episodes.counterfactual import Counterfactual, ReplaySpec
 from rollbank.episodes.harnesses import ActionKind, Harness
-from rollbank.episodes.limiter import PriorityLimiter
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.spans import Span, add_span
@@ -113,15 +110,10 @@ class EpisodeRunner:
         self.clock: Clock = clock or MonotonicClock()
         self.recorder = recorder
         self.workload = workload
-        self._verify_slots = PriorityLimiter(config.verifier_slots or os.cpu_count() or 1)
         # error paths only: probes and a pristine re-verify decide who caused a failure
         self.judge = counterfactual or Counterfactual(
             source, verifier, probe_timeout_s=config.health_probe_timeout_s, clock=self.clock,
             replay_cap_s=config.replay_cap_s)
-
-    def verifiers_waiting(self) -> bool:
-        """Does any finished episode wait for a verifier slot (verification is contended)?"""
-        return self._verify_slots.waiting > 0
 
     # ------------------------------------------------------------ AttemptRunner
     async def run(self, attempt: AttemptSpec) -> Trajectory:
@@ -186,7 +178,7 @@ class EpisodeRunner:
                 end, evidence = await self._loop(attempt, task, traj, executor, sandbox)
                 if end in VERIFIABLE:
                     await executor.close()
-                traj.outcome = await self._conclude(end, evidence, task, traj, attempt.key,
+                traj.outcome = await self._conclude(end, evidence, task, traj, attempt.ctx,
                                                     sandbox)
         finally:
             await _quietly_close(executor, sandbox)
@@ -300,7 +292,7 @@ class EpisodeRunner:
         return False
 
     async def _conclude(self, end: LoopEnd, evidence: dict[str, Any], task: Task,
-                        traj: Trajectory, priority: AttemptKey, sandbox: Sandbox) -> EpisodeOutcome:
+                        traj: Trajectory, ctx: AttemptContext, sandbox: Sandbox) -> EpisodeOutcome:
         """Verify, and on an error path run the counterfactual experiment (which may replay
         the model's actions on a fresh pristine fork, ``counterfactual.ReplaySpec``)."""
         verdict: VerifierVerdict | None = None
@@ -308,13 +300,13 @@ class EpisodeRunner:
         if end in TIMED_OUT_ENDS:  # does the sandbox still answer after a step timed out?
             exp = await self.judge.after_step_timeout(sandbox, task, self._replay_spec(task, traj))
         if end in VERIFIABLE and not stalled(exp):
-            verdict, died = await self._verify(sandbox, task, traj, priority)
+            verdict, died = await self._verify(sandbox, task, traj, ctx)
             if died is not None:
                 end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": died}
         if needs_experiment(end, verdict):
             # the failure surfaced during verification: the replayed fork is verified too
             spec = replace(self._replay_spec(task, traj), then_verify=verdict is not None)
-            async with self._verify_slots.slot(priority):  # a re-verify is verifier work
+            async with ctx.verifier_slot():  # a re-verify is verifier work
                 exp = await self.judge.after_error(end, verdict, sandbox, task, spec)
         return attribute(end, verdict=verdict, usage=_usage(sandbox),
                          actions=[s.action for s in traj.steps], evidence=evidence, experiment=exp)
@@ -332,11 +324,11 @@ class EpisodeRunner:
                           budget_s=self.config.episode_budget_s or task.agent_timeout_s)
 
     async def _verify(
-        self, sandbox: Sandbox, task: Task, traj: Trajectory, priority: AttemptKey
+        self, sandbox: Sandbox, task: Task, traj: Trajectory, ctx: AttemptContext
     ) -> tuple[VerifierVerdict, str | None]:
         """The verdict, and an error text if the sandbox runtime died during verification."""
-        # waiting here is sandbox time, not verifier time; older groups verify first
-        async with self._verify_slots.slot(priority):
+        # waiting here is sandbox time, not verifier time; the scheduler's verifier slots
+        async with ctx.verifier_slot():
             return await self._verify_now(sandbox, task, traj)
 
     async def _verify_now(

@@ -125,7 +125,7 @@ async def run_steps(runner: EpisodeRunner, attempt: AttemptSpec, task: Task, tra
             await executor.close()  # as the runner does: the verifier may kill leftovers
         traj.verify_s = 0.0
         evidence = {**evidence, "task_step": i, "task_step_name": task.steps[i].name}
-        out = await runner._conclude(end, evidence, view, traj, attempt.key, sandbox)
+        out = await runner._conclude(end, evidence, view, traj, attempt.ctx, sandbox)
         return StepRun(end, out, first, len(traj.steps) - first, traj.verify_s)
 
     outcome, results = await run_sequence(

@@ -89,6 +89,12 @@ class SchedulerConfig(Section):
         ge=1,
         description="concurrent generate requests per server (one limiter per server)",
     )
+    verifier_slots: int | None = Field(
+        default=None,
+        ge=1,
+        description="verifiers running at once, granted to the group closest to complete "
+        "first (None: no limit; the collector sets runner.verifier_slots or the CPU count)",
+    )
     num_batches: int = Field(default=1, ge=1, description="batches to collect before closing")
     max_groups: int | None = Field(
         default=None,

@@ -1,6 +1,7 @@
 """The asyncio driver: runs the pure :class:`~rollbank.scheduling.scheduler.Scheduler` for real.
 
-Owns the attempt tasks, the per-server inference limiters and the hand-off of batches.
+Owns the attempt tasks, the per-server inference slots and the verifier slots it lends runners
+(both decided by the scheduler), and the hand-off of batches.
 One collector task (owned by :meth:`CollectionDriver.batches`, awaited on exit) asks the
 scheduler for decisions, starts one task per :class:`Launch` inside its ``asyncio.TaskGroup``,
 feeds results back, cancels on :class:`Abort`, and hands each
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from os import PathLike
@@ -45,6 +46,8 @@ from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import Event, EventSink, ListSink
 from rollbank.scheduling.scheduler import Scheduler
 from rollbank.scheduling.types import Abort, AttemptKey, AttemptSpec, EmitBatch, Launch
+
+_VERIFIER = "\x00verifier"  # the grant key of a verifier slot (no server has this name)
 
 
 class AttemptRunner(Protocol):
@@ -70,6 +73,9 @@ class _Context:
     def inference_slot(self, server: str = "") -> AbstractAsyncContextManager[None]:
         return self._driver._inference_slot(self._key, server)
 
+    def verifier_slot(self) -> AbstractAsyncContextManager[None]:
+        return self._driver._verifier_slot(self._key)
+
 
 class CollectionDriver:
     """Collect ``config.num_batches`` batches by running ``runner`` under ``Scheduler`` policy.
@@ -83,8 +89,6 @@ class CollectionDriver:
 
     ``task_ids`` is the task sequence: group ``seq`` runs ``task_ids[seq % len(task_ids)]``.
     ``sink`` receives every lifecycle event (see :mod:`rollbank.scheduling.events`).
-    ``other_contention`` tells the scheduler whether a capacity it does not own (the runner's
-    verifier slots) has waiters, for work-conserving over-provisioning.
     After the iteration ends, :attr:`scheduler` holds the closed ledger
     (``scheduler.bank.ledger``) and :attr:`batches_out` the batches acknowledged.
     A batch is acknowledged when the consumer asks for the next one, or earlier with
@@ -100,14 +104,12 @@ class CollectionDriver:
         *,
         sink: EventSink | None = None,
         clock: Clock | None = None,
-        other_contention: Callable[[], bool] | None = None,
     ) -> None:
         self.config = config
         self.runner = runner
         self.clock: Clock = clock or MonotonicClock()
         self.sink: EventSink = sink or ListSink()
-        self.scheduler = Scheduler(config, task_ids, self.clock,
-                                   other_contention=other_contention)
+        self.scheduler = Scheduler(config, task_ids, self.clock)
         self.batches_out: list[Batch] = []  # acknowledged, in order
         self._emitted: dict[int, Batch] = {}  # emitted, awaiting acknowledgement
         self._tasks: dict[AttemptKey, asyncio.Task[None]] = {}
@@ -311,7 +313,35 @@ class CollectionDriver:
             if fut is not None and not fut.done():
                 fut.set_result(None)
         s = self.scheduler
-        if s.holding_extras and not s.inference_contended():
+        if s.holding_extras and not s.inference_contended() and not s.verifier_contended():
+            self._nudge()
+
+    @asynccontextmanager
+    async def _verifier_slot(self, key: AttemptKey) -> AsyncIterator[None]:
+        if not self.scheduler.request_verifier(key):
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._grants[(key, _VERIFIER)] = fut
+            try:
+                await fut
+            except asyncio.CancelledError:
+                self._grants.pop((key, _VERIFIER), None)
+                if fut.done() and not fut.cancelled():  # granted just before cancel
+                    self._release_verifier(key)
+                else:
+                    self.scheduler.cancel_verifier_wait(key)
+                raise
+        try:
+            yield
+        finally:
+            self._release_verifier(key)
+
+    def _release_verifier(self, key: AttemptKey) -> None:
+        for granted in self.scheduler.release_verifier(key):
+            fut = self._grants.pop((granted, _VERIFIER), None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        s = self.scheduler
+        if s.holding_extras and not s.verifier_contended() and not s.inference_contended():
             self._nudge()
 
     def _cancel_grants(self, key: AttemptKey) -> None:
@@ -319,7 +349,10 @@ class CollectionDriver:
             fut = self._grants.pop(gk)
             if not fut.done():
                 fut.cancel()
-            self.scheduler.cancel_inference_wait(key, gk[1])
+            if gk[1] == _VERIFIER:
+                self.scheduler.cancel_verifier_wait(key)
+            else:
+                self.scheduler.cancel_inference_wait(key, gk[1])
 
 
 def _host_error_trajectory(spec: AttemptSpec, exc: Exception, now: float) -> Trajectory:

@@ -179,3 +179,10 @@ class FanoutSink:
     def emit(self, event: Event) -> None:
         for sink in self.sinks:
             sink.emit(event)
+
+
+class DiscardOutbox(list[Event]):
+    """An outbox that keeps nothing (long simulations that do not read events)."""
+
+    def append(self, event: Event) -> None:
+        return None

@@ -16,6 +16,10 @@ Invariants (checked by :meth:`Ledger.check`)
 - Every settled attempt appears in exactly one window's settlements; the windows' launch
   counts sum to the total launched.
 - After :meth:`Ledger.close_all` nothing is ``in_flight`` or ``finished``.
+
+:meth:`Ledger.check` is incremental by default (the unsettled attempts, the settlements
+since the last check and the windows: cheap at every hand-off of a long run); ``full=True``
+re-derives everything from every entry.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from enum import StrEnum
 from rollbank.batching.batch import BatchAccounting
 from rollbank.errors import SchedulingError
 from rollbank.scheduling.events import WasteReason
+from rollbank.scheduling.pool import Pool
 from rollbank.scheduling.types import AttemptKey
 
 
@@ -86,6 +91,11 @@ class Ledger:
         self.entries: dict[AttemptKey, Entry] = {}
         self._launch_calls = 0
         self._settlements: list[tuple[int, AttemptKey]] = []  # (window, key)
+        self._unsettled: dict[AttemptKey, Entry] = {}  # in launch order
+        self._settled: set[AttemptKey] = set()
+        self._checked = 0  # settlements verified by the last check
+        self._per_window: Counter[int] = Counter()  # settlements per window
+        self.pool = Pool()  # the selection profile's launched pool (valid finished, aborted)
         self._windows: list[_Window] = [_Window(0)]
 
     @property
@@ -99,6 +109,7 @@ class Ledger:
         self._launch_calls += 1
         entry = Entry(key, task_id, t, window=self.window)
         self.entries[key] = entry
+        self._unsettled[key] = entry
         self._windows[-1].launched += 1
         return entry
 
@@ -115,6 +126,8 @@ class Ledger:
         entry.model_tokens = model_tokens
         entry.reward = reward
         entry.valid = valid
+        if valid:
+            self.pool.add_finished(entry.duration_s, model_tokens, reward)
         return entry
 
     def deliver(self, key: AttemptKey, t: float) -> Entry:
@@ -153,10 +166,17 @@ class Ledger:
                               f"({entry.state.value} -> {state.value})")
         if (state is AttemptState.WASTE) != (reason is not None):
             raise LedgerError("a waste settlement needs a reason, and only waste has one")
+        if key in self._settled:
+            raise LedgerError(f"{key.attempt_id} settled twice")
         entry.state = state
         entry.settled_at = t
         entry.waste_reason = reason
+        self._settled.add(key)
+        self._unsettled.pop(key, None)
+        if reason is WasteReason.ABORTED and entry.finished_at is None:
+            self.pool.add_aborted(entry.held_s(t))
         w = self._windows[-1]
+        self._per_window[w.index] += 1
         w.settled[state] += 1
         w.seconds[state] += entry.held_s(t)
         if reason is not None:
@@ -166,14 +186,48 @@ class Ledger:
 
     # ------------------------------------------------------------ queries
     def unsettled(self) -> list[Entry]:
-        return [e for e in self.entries.values() if e.state not in FINAL]
+        return list(self._unsettled.values())
+
+    def in_flight(self) -> list[Entry]:
+        return [e for e in self._unsettled.values() if e.state is AttemptState.IN_FLIGHT]
 
     def counts(self) -> dict[AttemptState, int]:
         c = Counter(e.state for e in self.entries.values())
         return {s: c.get(s, 0) for s in AttemptState}
 
-    def check(self) -> None:
-        """Raise :class:`LedgerError` unless every attempt is accounted for exactly once."""
+    def check(self, *, full: bool = False) -> None:
+        """Raise :class:`LedgerError` unless every attempt is accounted for exactly once
+        (incrementally; ``full``: from every entry)."""
+        if full:
+            self._check_full()
+            return
+        if not (self._launch_calls == len(self.entries)
+                == len(self._unsettled) + len(self._settled)
+                and len(self._settled) == len(self._settlements)):
+            raise LedgerError(f"launched {self._launch_calls}, {len(self._unsettled)} "
+                              f"unsettled, {len(self._settled)} settled")
+        for e in self._unsettled.values():
+            if e.state in FINAL:
+                raise LedgerError(f"{e.key.attempt_id} is {e.state.value} without a settlement")
+            if e.state is AttemptState.DELIVERED and not e.valid:
+                raise LedgerError(f"invalid attempts delivered to the consumer: {e.key.attempt_id}")
+        for _, key in self._settlements[self._checked:]:
+            e = self.entries[key]
+            if e.state not in FINAL:
+                raise LedgerError("settlement records disagree with attempt states")
+            if e.state is AttemptState.CONSUMED and not e.valid:
+                raise LedgerError(f"invalid attempts delivered to the consumer: {key.attempt_id}")
+        self._checked = len(self._settlements)
+        self._check_windows(self._per_window)
+
+    def _check_windows(self, per_window: Counter[int]) -> None:
+        if sum(w.launched for w in self._windows) != self._launch_calls:
+            raise LedgerError("window launch counts do not sum to the launches")
+        for w in self._windows:
+            if sum(w.settled.values()) != per_window.get(w.index, 0):
+                raise LedgerError(f"window {w.index} counts disagree with its settlements")
+
+    def _check_full(self) -> None:
         counts = self.counts()
         if self._launch_calls != len(self.entries) or sum(counts.values()) != len(self.entries):
             raise LedgerError(f"launched {self._launch_calls} but ledger holds {counts}")
@@ -189,12 +243,7 @@ class Ledger:
                if e.state in (AttemptState.DELIVERED, AttemptState.CONSUMED) and not e.valid]
         if bad:
             raise LedgerError(f"invalid attempts delivered to the consumer: {bad}")
-        if sum(w.launched for w in self._windows) != self._launch_calls:
-            raise LedgerError("window launch counts do not sum to the launches")
-        per_window = Counter(wi for wi, _ in self._settlements)
-        for w in self._windows:
-            if sum(w.settled.values()) != per_window.get(w.index, 0):
-                raise LedgerError(f"window {w.index} counts disagree with its settlements")
+        self._check_windows(Counter(wi for wi, _ in self._settlements))
 
     # ------------------------------------------------------------ windows
     def close_window(self, now: float) -> BatchAccounting:
@@ -205,10 +254,10 @@ class Ledger:
         earlier batches still awaiting acknowledgement.
         """
         w = self._windows[-1]
-        pending = [e for e in self.unsettled()
+        open_entries = self._unsettled.values()
+        pending = [e for e in open_entries
                    if e.state is AttemptState.DELIVERED and e.delivered_in != w.index]
-        unsettled = [e for e in self.unsettled() if e.state is not AttemptState.DELIVERED]
-        counts = self.counts()
+        unsettled = [e for e in open_entries if e.state is not AttemptState.DELIVERED]
         acc = BatchAccounting(
             launched=w.launched,
             consumed=w.delivered,
@@ -221,7 +270,7 @@ class Ledger:
             retried_s=w.seconds[AttemptState.RETRIED],
             waste_s=w.seconds[AttemptState.WASTE],
             total_launched=len(self.entries),
-            total_settled=sum(counts[s] for s in FINAL),
+            total_settled=len(self._settled),
             unacknowledged=len(pending),
             acknowledged=w.settled[AttemptState.CONSUMED],
         )

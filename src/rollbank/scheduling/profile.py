@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 
 from rollbank.batching.batch import DistStats, GroupResult, SelectionProfile
 from rollbank.quantiles import quantile
-from rollbank.scheduling.events import WasteReason
-from rollbank.scheduling.ledger import AttemptState, Entry
+from rollbank.scheduling.ledger import Entry
+from rollbank.scheduling.pool import Pool
 
 
 def dist(values: Iterable[float]) -> DistStats:
@@ -32,36 +32,40 @@ def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if values else 0.0
 
 
+def _dist_sorted(xs: list[float]) -> DistStats:
+    """:func:`dist` of an already sorted list."""
+    if not xs:
+        return DistStats(0, 0.0, 0.0, 0.0, 0.0)
+    return DistStats(len(xs), math.fsum(xs) / len(xs), quantile(xs, 0.5) or 0.0,
+                     quantile(xs, 0.9) or 0.0, xs[-1])
+
+
 def selection_profile(
     accepted: Sequence[GroupResult],
     accepted_entries: Sequence[Entry],
-    entries: Iterable[Entry],
+    pool: Pool,
+    running: Iterable[Entry],
     now: float,
 ) -> SelectionProfile:
-    """Profile ``accepted`` groups (and their ledger entries) against every ledger entry.
+    """Profile ``accepted`` groups (and their ledger entries) against the launched ``pool``.
 
     Durations come from the ledger (launch to return on the scheduler's clock) for both sides.
-    The pool holds valid finished attempts only; attempts that never finished (running now,
-    or aborted earlier) are censored at their elapsed time.
+    The pool holds valid finished attempts only; attempts that never finished (``running``
+    now, or aborted earlier) are censored at their elapsed time.
     """
-    entries = list(entries)
-    finished = [e for e in entries if e.duration_s is not None and e.valid]
-    running = [e for e in entries if e.state is AttemptState.IN_FLIGHT]
-    aborted = [e for e in entries if e.finished_at is None and e.settled_at is not None
-               and e.waste_reason is WasteReason.ABORTED]
-    elapsed = [now - e.launched_at for e in running]
-    elapsed += [e.held_s(now) for e in aborted]
-    pool_rewards = [e.reward for e in finished if e.reward is not None]
+    running_elapsed = [now - e.launched_at for e in running]
+    aborted = pool.aborted_held()
+    elapsed = sorted(running_elapsed + aborted)
     return SelectionProfile(
         accepted_duration=dist(e.duration_s for e in accepted_entries if e.duration_s is not None),
-        pool_duration=dist(e.duration_s for e in finished if e.duration_s is not None),
+        pool_duration=_dist_sorted(pool.durations()),
         accepted_tokens=dist(
             float(e.model_tokens) for e in accepted_entries if e.model_tokens is not None
         ),
-        pool_tokens=dist(float(e.model_tokens) for e in finished if e.model_tokens is not None),
+        pool_tokens=_dist_sorted(pool.tokens()),
         accepted_reward_mean=_mean([r for g in accepted for r in g.rewards]),
-        pool_reward_mean=_mean(pool_rewards),
+        pool_reward_mean=pool.reward_mean(),
         censored=len(elapsed),
-        censored_elapsed=dist(elapsed),
+        censored_elapsed=_dist_sorted(elapsed),
         censored_aborted=len(aborted),
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from rollbank.batching.advantages import group_advantages, is_valid
 from rollbank.batching.batch import GroupResult
@@ -91,6 +92,7 @@ class _Group:
     launched_at: float
     slots: list[_Slot]
     status: GroupStatus = GroupStatus.OPEN
+    terminal: int = 0  # slots terminal so far
     attempts: list[AttemptKey] = field(default_factory=list)  # every launched key
     result: GroupResult | None = None
     valid_keys: list[AttemptKey] = field(default_factory=list)  # attempts in ``result``
@@ -99,14 +101,18 @@ class _Group:
 
 class ReadyBank:
     def __init__(
-        self, config: ReadyBankConfig, clock: Clock, outbox: list[Event] | None = None
+        self, config: ReadyBankConfig, clock: Clock, outbox: list[Event] | None = None,
+        *, record_events: bool = True,
     ) -> None:
         self.config = config
         self.clock = clock
         self.outbox: list[Event] = outbox if outbox is not None else []
+        self._record = record_events  # False: build no event objects (long simulations)
         self.ledger = Ledger()
         self._groups: dict[str, _Group] = {}
-        self._live: dict[str, _Group] = {}  # open or ready groups, in opening order
+        self._open: dict[str, _Group] = {}  # open groups, in opening order
+        self._ready: dict[str, _Group] = {}  # complete groups in the bank
+        self._dirty: set[str] = set()  # groups whose status changed since the last check
         self._delivered: dict[int, list[_Group]] = {}  # batch index -> groups awaiting ack
 
     # ------------------------------------------------------------ groups
@@ -117,7 +123,7 @@ class ReadyBank:
         keys = [AttemptKey(seq, s, 0, group_id) for s in range(self.config.group_size)]
         group = _Group(group_id, task_id, seq, self.clock.now(), [_Slot(k) for k in keys])
         self._groups[group_id] = group
-        self._live[group_id] = group
+        self._open[group_id] = group
         return keys
 
     def status(self, group_id: str) -> GroupStatus:
@@ -129,15 +135,24 @@ class ReadyBank:
     def seq_of(self, group_id: str) -> int:
         return self._groups[group_id].seq
 
+    def remaining(self, group_id: str) -> int:
+        """Sibling slots of ``group_id`` not yet terminal (0 once the group is complete)."""
+        group = self._groups[group_id]
+        return len(group.slots) - group.terminal
+
     def has_launched(self, group_id: str) -> bool:
         return bool(self._groups[group_id].attempts)
 
     @property
     def ready_count(self) -> int:
-        return sum(1 for g in self._live.values() if g.status is GroupStatus.READY)
+        return len(self._ready)
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
 
     def open_groups(self) -> list[str]:
-        return [g.group_id for g in self._live.values() if g.status is GroupStatus.OPEN]
+        return list(self._open)
 
     # ------------------------------------------------------------ attempts
     def on_launched(self, key: AttemptKey) -> Entry:
@@ -167,7 +182,8 @@ class ReadyBank:
             slot.result = None
             return Retry(slot.current, group.task_id)
         slot.terminal = True
-        if all(s.terminal for s in group.slots):
+        group.terminal += 1
+        if group.terminal == len(group.slots):
             return self._complete(group)
         return None
 
@@ -201,12 +217,8 @@ class ReadyBank:
             drop, why = WasteReason.GROUP_DROPPED, f"{len(valid)} valid < min_valid"
         elif adv.zero_variance and self.config.filter_zero_variance:
             drop, why = WasteReason.ZERO_VARIANCE, "zero variance"
-        self.outbox.append(GroupEvent(
-            kind=EventKind.GROUP_DROPPED if drop else EventKind.GROUP_READY,
-            t=self.clock.now(), group_id=group.group_id, task_id=group.task_id, seq=group.seq,
-            size=len(group.slots), valid=len(valid),
-            zero_variance=adv.zero_variance if adv is not None else False, why=why,
-        ))
+        if self._record:
+            self.outbox.append(self._group_event(group, adv, len(valid), drop, why))
         if drop is not None or adv is None:
             self._set_status(group, GroupStatus.DROPPED)
             for k in valid_keys:
@@ -231,7 +243,7 @@ class ReadyBank:
         if batch in self._delivered:
             raise LedgerError(f"batch {batch} handed out twice")
         ready = sorted(
-            (g for g in self._live.values() if g.status is GroupStatus.READY),
+            self._ready.values(),
             key=lambda g: g.seq,
         )[:max_groups]
         now = self.clock.now()
@@ -279,7 +291,6 @@ class ReadyBank:
                 self.ledger.undeliver(k)
             g.batch = None
             self._set_status(g, GroupStatus.READY)
-            self._live[g.group_id] = g
         return out
 
     def consumed_entries(self, group_ids: list[str]) -> list[Entry]:
@@ -292,23 +303,28 @@ class ReadyBank:
         complete but never acknowledged (for a caller to keep or offer again)."""
         for b in self.unacknowledged():
             self.release(b)
-        returned = [g.result for g in self._live.values()
+        returned = [g.result for g in self._ready.values()
                     if g.status is GroupStatus.READY and g.result is not None]
-        for g in list(self._live.values()):
+        for g in [*self._open.values(), *self._ready.values()]:
             self._set_status(g, GroupStatus.ABORTED)
         for entry in self.ledger.unsettled():
             self._waste(entry.key, WasteReason.UNCONSUMED_AT_CLOSE)
         return returned
 
-    def check(self) -> None:
-        """Assert the accounting invariant (raises :class:`LedgerError`)."""
-        self.ledger.check()
+    def check(self, *, full: bool = False) -> None:
+        """Assert the accounting invariant (raises :class:`LedgerError`): incrementally (the
+        groups moved since the last check and those awaiting acknowledgement), or ``full``."""
+        self.ledger.check(full=full)
+        groups = list(self._groups.values()) if full else [
+            *(self._groups[gid] for gid in self._dirty),
+            *(g for gs in self._delivered.values() for g in gs)]
+        self._dirty.clear()
         open_states = (AttemptState.IN_FLIGHT, AttemptState.FINISHED)
         batch_of = {x.group_id: b for b, gs in self._delivered.items() for x in gs}
         wants = {GroupStatus.DELIVERED: AttemptState.DELIVERED,
                  GroupStatus.CONSUMED: AttemptState.CONSUMED}
         entries = self.ledger.entries
-        for g in self._groups.values():
+        for g in groups:
             want = wants.get(g.status)
             if want is not None and any(entries[k].state is not want for k in g.valid_keys):
                 raise LedgerError(f"group {g.group_id} is {g.status.value} but its "
@@ -327,11 +343,15 @@ class ReadyBank:
     def _set_status(self, group: _Group, status: GroupStatus) -> None:
         """Move a group; once it leaves the bank, drop its trajectories (long runs stay small)."""
         group.status = status
+        self._dirty.add(group.group_id)
+        self._open.pop(group.group_id, None)
+        self._ready.pop(group.group_id, None)
+        if status is GroupStatus.OPEN:
+            self._open[group.group_id] = group
+        if status is GroupStatus.READY:
+            self._ready[group.group_id] = group
         if status in (GroupStatus.OPEN, GroupStatus.READY, GroupStatus.DELIVERED):
-            if status is GroupStatus.DELIVERED:
-                self._live.pop(group.group_id, None)
             return
-        self._live.pop(group.group_id, None)
         group.result = None
         for slot in group.slots:
             slot.result = None
@@ -342,12 +362,23 @@ class ReadyBank:
     def _waste(self, key: AttemptKey, reason: WasteReason) -> None:
         now = self.clock.now()
         entry = self.ledger.settle(key, AttemptState.WASTE, now, reason)
+        if not self._record:
+            return
         base = self._attempt_event(EventKind.WASTE, key)
         self.outbox.append(AttemptWaste(
             kind=EventKind.WASTE, t=now, attempt_id=base.attempt_id, group_id=base.group_id,
             task_id=base.task_id, slot=base.slot, retry=base.retry, seq=base.seq,
             reason=reason, held_s=entry.held_s(now),
         ))
+
+    def _group_event(self, group: _Group, adv: Any, valid: int, drop: WasteReason | None,
+                     why: str) -> GroupEvent:
+        return GroupEvent(
+            kind=EventKind.GROUP_DROPPED if drop else EventKind.GROUP_READY,
+            t=self.clock.now(), group_id=group.group_id, task_id=group.task_id, seq=group.seq,
+            size=len(group.slots), valid=valid,
+            zero_variance=adv.zero_variance if adv is not None else False, why=why,
+        )
 
     def _attempt_event(self, kind: EventKind, key: AttemptKey) -> AttemptEvent:
         return AttemptEvent(

@@ -1,7 +1,7 @@
 """The scheduler: a pure state machine deciding launches, aborts and batch emission.
 
-It owns admission into the pool of groups, the two capacities (sandbox slots; inference slots
-per server), sibling priority, the straggler policy and batch assembly. It does no I/O:
+It owns admission into the pool of groups, the three capacities (sandbox slots; inference
+slots per server, :mod:`.inference_slots`; verifier slots, :mod:`.verifier_slots`), sibling priority, the straggler policy and batch assembly. It does no I/O:
 the driver reports events (:meth:`Scheduler.on_finished`, ...) and applies the decisions
 returned by :meth:`Scheduler.poll` (:class:`Launch`, :class:`Abort`, :class:`EmitBatch`).
 
@@ -15,7 +15,7 @@ Policy (``optimized`` mode)
 - Work-conserving over-provisioning (``hold_extras_when_contended``): the attempts of the
   "extra" groups — open groups beyond the ones the next batch still needs, by ``seq`` — are
   launched only while no generate call waits for an inference slot and no verifier waits for
-  a verifier slot (``other_contention``). When inference or verification is the
+  a verifier slot. When inference or verification is the
   contended resource, extra groups would only slow the groups the batch needs; when it is not
   (a straggler tail, tool-bound episodes), they use capacity that would otherwise be idle.
 - Straggler policy once G groups are ready: ``carry`` emits and lets unfinished attempts run
@@ -40,7 +40,7 @@ Invariants
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from rollbank.batching.batch import Batch, GroupResult, Unreachable
@@ -55,6 +55,7 @@ from rollbank.scheduling.events import (
     AttemptFinished,
     BatchEvent,
     BatchHandoff,
+    DiscardOutbox,
     Event,
     EventKind,
     TaskUnreachable,
@@ -73,6 +74,7 @@ from rollbank.scheduling.types import (
     SchedulingMode,
     StragglerPolicy,
 )
+from rollbank.scheduling.verifier_slots import VerifierSlots
 
 
 def attempt_seed(base: int, seq: int, slot: int) -> int:
@@ -80,7 +82,7 @@ def attempt_seed(base: int, seq: int, slot: int) -> int:
     return (base * 1_000_003 + seq * 1_009 + slot) % (2**31 - 1)
 
 
-class Scheduler(InferenceSlots):
+class Scheduler(InferenceSlots, VerifierSlots):
     """Launch policy for one collection (see the module docstring); owns its ready bank."""
 
     def __init__(
@@ -89,17 +91,16 @@ class Scheduler(InferenceSlots):
         task_ids: Sequence[str],
         clock: Clock,
         *,
-        other_contention: Callable[[], bool] | None = None,
+        record_events: bool = True,
     ) -> None:
-        """``other_contention``: does a capacity the scheduler does not own (the runner's
-        verifier slots) have waiters? Read at launch time, like the clock."""
         if not task_ids:
             raise ValueError("the scheduler needs at least one task id")
         self.config = config.effective()
         self.task_ids = list(task_ids)
         self.clock = clock
-        self.outbox: list[Event] = []
-        self.bank = ReadyBank(self.config.bank, clock, self.outbox)
+        self._record = record_events  # False (long simulations): no event objects are built
+        self.outbox: list[Event] = [] if record_events else DiscardOutbox()
+        self.bank = ReadyBank(self.config.bank, clock, self.outbox, record_events=record_events)
         self.done = False
         self.batch_index = 0
         self._created = 0  # groups created from the task sequence (re-queues not counted)
@@ -110,8 +111,8 @@ class Scheduler(InferenceSlots):
         self._window_start: float | None = None
         self._window_admitted = False  # naive: this window's G groups were admitted
         self._init_inference_slots(self.config.inference_slots_per_server)
+        self._init_verifier_slots(self.config.verifier_slots)
         self._holding = False  # extras were held back at the last launch for contention
-        self._other_contention = other_contention
         self._longest_aborted: dict[int, float] = {}  # seq -> longest aborted attempt (s)
         self.unreachable: list[Unreachable] = []  # tasks given up on (re-queue cap reached)
         self.returned_at_close: list[GroupResult] = []
@@ -130,6 +131,9 @@ class Scheduler(InferenceSlots):
     @property
     def naive(self) -> bool:
         return self.config.mode is SchedulingMode.NAIVE
+
+    def _remaining(self, group_id: str) -> int:  # for VerifierSlots
+        return self.bank.remaining(group_id)
 
     @property
     def running(self) -> frozenset[AttemptKey]:
@@ -166,20 +170,23 @@ class Scheduler(InferenceSlots):
         """The runner returned ``traj`` for ``key`` (ignored if the attempt was aborted)."""
         if self._running.pop(key, None) is None:
             return
-        launched_at = self.bank.ledger.entries[key].launched_at
-        self.outbox.append(AttemptFinished(
-            kind=EventKind.FINISHED, t=self.clock.now(), **self._ids(key),
-            outcome=_outcome_of(traj), duration_s=self.clock.now() - launched_at,
-            model_tokens=traj.num_model_tokens, total_tokens=len(traj.token_ids),
-            servers=tuple(traj.servers),
-        ))
+        if self._record:
+            launched_at = self.bank.ledger.entries[key].launched_at
+            self.outbox.append(AttemptFinished(
+                kind=EventKind.FINISHED, t=self.clock.now(), **self._ids(key),
+                outcome=_outcome_of(traj), duration_s=self.clock.now() - launched_at,
+                model_tokens=traj.num_model_tokens, total_tokens=len(traj.token_ids),
+                servers=tuple(traj.servers),
+            ))
         decision = self.bank.on_finished(key, traj)
         if isinstance(decision, Retry):
             heapq.heappush(self._queue, (decision.key, decision.task_id))
+        self._attempt_returned(key)  # its group's verifier waiters are re-ranked
 
     def on_aborted(self, key: AttemptKey) -> None:
         """The driver cancelled ``key`` (after an :class:`Abort`, or while closing)."""
         if self._running.pop(key, None) is not None:
+            self._attempt_returned(key)
             self.outbox.append(self._event(EventKind.ABORTED, key))
 
     def ack(self, batch_index: int) -> list[AttemptKey]:
@@ -220,11 +227,11 @@ class Scheduler(InferenceSlots):
             self.release(b)
         self.returned_at_close = self.bank.close()
         self.done = True
-        self.bank.check()
+        self.bank.check(full=True)
 
     # ------------------------------------------------------------ internals
     def _pool_size(self) -> int:
-        return len(self.bank.open_groups()) + self.bank.ready_count
+        return self.bank.open_count + self.bank.ready_count
 
     def _can_create(self) -> bool:
         return self.config.max_groups is None or self._created < self.config.max_groups
@@ -270,8 +277,7 @@ class Scheduler(InferenceSlots):
     def _launch(self, out: list[Decision]) -> None:
         now = self.clock.now()
         hold = (not self.naive and self.config.hold_extras_when_contended
-                and (self.inference_contended()
-                     or (self._other_contention is not None and self._other_contention())))
+                and (self.inference_contended() or self.verifier_contended()))
         extras = self._extra_groups() if hold else set()
         self._holding = False
         while self._queue and len(self._running) < self.config.sandbox_slots:
@@ -289,7 +295,8 @@ class Scheduler(InferenceSlots):
             self._running[key] = task_id
             seed = attempt_seed(self.config.seed, key.seq, key.slot)
             spec = AttemptSpec(key, task_id, seed, self.config.bank.group_size, now)
-            self.outbox.append(self._event(EventKind.LAUNCHED, key))
+            if self._record:
+                self.outbox.append(self._event(EventKind.LAUNCHED, key))
             out.append(Launch(spec))
 
     def _exhausted(self) -> bool:
@@ -300,7 +307,7 @@ class Scheduler(InferenceSlots):
     def _batch_due(self) -> bool:
         g = self.config.groups_per_batch
         ready = self.bank.ready_count
-        open_groups = bool(self.bank.open_groups())
+        open_groups = self.bank.open_count > 0
         if self.naive:
             return self._window_admitted and not open_groups
         if self._exhausted():
@@ -326,7 +333,8 @@ class Scheduler(InferenceSlots):
                 if u is not None:
                     unreachable.append(u)
         accepted = self.bank.consumed_entries([g.group_id for g in groups])
-        profile = selection_profile(groups, accepted, self.bank.ledger.entries.values(), now)
+        ledger = self.bank.ledger
+        profile = selection_profile(groups, accepted, ledger.pool, ledger.in_flight(), now)
         for e in self.bank.ledger.unsettled():
             if e.state is AttemptState.DELIVERED:
                 continue  # in a batch (this one or one awaiting acknowledgement), not carried
@@ -372,6 +380,7 @@ class Scheduler(InferenceSlots):
             self._queue = queued
         for key in self.bank.abort_group(gid):
             self._running.pop(key, None)
+            self._attempt_returned(key)
             launched = self.bank.ledger.entries[key].launched_at
             self._longest_aborted[seq] = max(self._longest_aborted.get(seq, 0.0), now - launched)
             self.outbox.append(self._event(EventKind.ABORTED, key))
