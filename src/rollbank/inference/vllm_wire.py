@@ -28,7 +28,13 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from rollbank.inference.engine_output import checked_logprobs, versions_from_spans
-from rollbank.inference.protocol import FinishReason, GenerateRequest, GenerateResult, Timings
+from rollbank.inference.protocol import (
+    FinishReason,
+    GenerateRequest,
+    GenerateResult,
+    SamplingParams,
+    Timings,
+)
 
 FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
 SCALE_OUT_GENERATE = "/inference/v1/generate"
@@ -89,46 +95,37 @@ def _finish(reason: object) -> FinishReason:
     return finish
 
 
-def completion_body(req: GenerateRequest, model: str | None) -> dict[str, Any]:
-    sp = req.sampling
-    body: dict[str, Any] = {
-        "prompt": list(req.prompt_token_ids),
+def _sampling(sp: SamplingParams, *, logprobs: int) -> dict[str, Any]:
+    """The sampling options both request shapes share (``logprobs``: the value that asks for
+    the sampled token's log-prob, which differs between the two endpoints)."""
+    out: dict[str, Any] = {
         "max_tokens": sp.max_tokens,
         "temperature": sp.temperature,
         "top_p": sp.top_p,
-        "return_token_ids": True,
         "skip_special_tokens": False,
     }
     if sp.stop:
-        body["stop"] = list(sp.stop)
+        out["stop"] = list(sp.stop)
     if sp.stop_token_ids:
-        body["stop_token_ids"] = list(sp.stop_token_ids)
+        out["stop_token_ids"] = list(sp.stop_token_ids)
     if sp.logprobs:
-        body["logprobs"] = 1
+        out["logprobs"] = logprobs
     if sp.min_tokens:
-        body["min_tokens"] = sp.min_tokens
+        out["min_tokens"] = sp.min_tokens
+    return out
+
+
+def completion_body(req: GenerateRequest, model: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"prompt": list(req.prompt_token_ids), "return_token_ids": True,
+                            **_sampling(req.sampling, logprobs=1)}
     if req.lora or model:
         body["model"] = req.lora or model
     return body
 
 
 def scale_out_body(req: GenerateRequest, model: str | None) -> dict[str, Any]:
-    sp = req.sampling
-    sampling: dict[str, Any] = {
-        "max_tokens": sp.max_tokens,
-        "temperature": sp.temperature,
-        "top_p": sp.top_p,
-        "skip_special_tokens": False,
-        "detokenize": True,
-    }
-    if sp.stop:
-        sampling["stop"] = list(sp.stop)
-    if sp.stop_token_ids:
-        sampling["stop_token_ids"] = list(sp.stop_token_ids)
-    if sp.logprobs:
-        sampling["logprobs"] = 0  # the sampled token's log-prob only
-    if sp.min_tokens:
-        sampling["min_tokens"] = sp.min_tokens
+    # logprobs 0: the sampled token's log-prob only
+    sampling = {**_sampling(req.sampling, logprobs=0), "detokenize": True}
     body: dict[str, Any] = {
         "token_ids": list(req.prompt_token_ids),
         "request_id": req.request_id,
