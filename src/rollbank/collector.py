@@ -36,7 +36,7 @@ from typing import Any
 from rollbank.batching.batch import Batch
 from rollbank.batching.writer import write_batch
 from rollbank.clock import Clock, MonotonicClock
-from rollbank.collect_config import CollectConfig, InferenceSection, make_harness_for
+from rollbank.collect_config import CollectConfig, make_harness_for
 from rollbank.config import dump_resolved
 from rollbank.episodes.replay import EpisodeRecorder
 from rollbank.episodes.runner import EpisodeRunner
@@ -45,7 +45,7 @@ from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import make_workload
 from rollbank.errors import ConfigError, InputError
 from rollbank.extras import require
-from rollbank.inference.protocol import InferenceClient, Tokenizer
+from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.calibrate import calibrate
 from rollbank.metrics.events import EventLog, read_events
@@ -67,20 +67,6 @@ from rollbank.scheduling.events import EventSink, FanoutSink
 from rollbank.scheduling.types import AttemptSpec
 from rollbank.tasks.loader import load_tasks
 from rollbank.tasks.model import Task
-
-
-@dataclass
-class InferencePlane:
-    """Opened inference servers: one client per server URL and the model's tokenizer."""
-
-    clients: dict[str, InferenceClient]
-    tokenizer: Tokenizer
-    vocab_size: int
-    description: str
-
-    async def reset_caches(self) -> None:
-        for c in self.clients.values():
-            await c.reset_prefix_cache()
 
 
 @dataclass
@@ -151,58 +137,6 @@ def tasks_to_prepare(config: CollectConfig, tasks: Sequence[Task]) -> list[Task]
     ids = task_sequence(tasks, config.task_order_seed)
     wanted = {ids[k % len(ids)] for k in range(groups + sched.groups_per_batch)}
     return [t for t in tasks if t.task_id in wanted]
-
-
-def _vocab_size(tok: Tokenizer) -> int:
-    return int(getattr(tok, "vocab_size", 0) or 256)
-
-
-@contextlib.asynccontextmanager
-async def open_inference(cfg: InferenceSection, *, max_model_len: int,
-                         say: Callable[[str], None] | None = None) -> AsyncIterator[InferencePlane]:
-    """Start (managed), connect to (external) or fake the inference servers."""
-    if cfg.kind == "fake":
-        from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
-
-        _, fakes = make_fake_fleet(cfg.fake_servers, decode_s_per_token=cfg.fake_decode_s_per_token,
-                                   prefill_s_per_token=cfg.fake_prefill_s_per_token,
-                                   max_model_len=max_model_len, eos_probability=0.02)
-        ftok = FakeTokenizer()
-        yield InferencePlane({c.base_url: c for c in fakes}, ftok, ftok.vocab_size,
-                             f"{cfg.fake_servers} fake servers")
-        return
-    from rollbank.inference.models import ensure_model
-    from rollbank.inference.tokenizer import load_tokenizer
-    from rollbank.inference.vllm_client import VLLMClient
-
-    if cfg.kind == "external":
-        if not cfg.urls or cfg.tokenizer is None:
-            raise ConfigError("external inference needs urls and tokenizer", field="inference")
-        model_dir = await asyncio.to_thread(ensure_model, cfg.tokenizer)
-        tok = load_tokenizer(model_dir)
-        clients = {u.rstrip("/"): VLLMClient(u) for u in cfg.urls}
-        try:
-            for c in clients.values():  # refuses (WeightVersionError) a server with no version
-                await c.connect()
-            yield InferencePlane(dict(clients), tok, _vocab_size(tok), f"external {cfg.urls}")
-        finally:
-            for c in clients.values():
-                await c.aclose()
-        return
-    from rollbank.inference.server import ManagedServers
-
-    managed = ManagedServers(cfg.managed, on_ready=None if say is None else
-                             lambda i, secs: say(f"server {i} ready in {secs:.0f} s"))
-    if say is not None:
-        say(managed.plan.line())
-        say(f"starting {managed.plan.num_servers} vLLM server(s) for {cfg.managed.model} "
-            f"(compile: {cfg.managed.compile})...")
-    async with managed as servers:
-        assert servers.model_dir is not None
-        tok = load_tokenizer(servers.model_dir)
-        yield InferencePlane(dict(zip(servers.urls, servers.clients, strict=True)), tok,
-                             _vocab_size(tok),
-                             f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}")
 
 
 def plain_printer(config: CollectConfig) -> Callable[[str], None] | None:

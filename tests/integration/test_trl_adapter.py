@@ -30,7 +30,7 @@ from trl.trainer.grpo_trainer import GRPOTrainer, RewardFunc
 from rollbank.batching.loader import read_batch_dir
 from rollbank.batching.writer import ready_batches
 from rollbank.collect_config import load_collect_config
-from rollbank.collector import CollectResult, InferencePlane, collect
+from rollbank.collector import CollectResult, collect
 from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.sandboxes import SpecOf, WarmSource, spec_for
 from rollbank.episodes.sources import SandboxPlane
@@ -38,6 +38,7 @@ from rollbank.errors import EngineDeadError
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.models import OFFLINE_ENV, ensure_model
 from rollbank.inference.protocol import GenerateRequest
+from rollbank.inference_plane import InferencePlane
 from rollbank.metrics.bound import Capacity
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool

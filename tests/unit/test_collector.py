@@ -11,13 +11,14 @@ from episode_rig import FileVerifier, fake_spec, make_task
 
 from rollbank.batching.writer import ready_batches
 from rollbank.collect_config import CollectConfig, load_collect_config
-from rollbank.collector import InferencePlane, collect, task_sequence
+from rollbank.collector import collect, task_sequence
 from rollbank.episodes.replay import episode_filename
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.errors import ConfigError
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
+from rollbank.inference_plane import InferencePlane
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.events import read_events
 from rollbank.sandbox.fake import FakeBackend

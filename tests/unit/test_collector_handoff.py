@@ -15,12 +15,13 @@ import pytest
 from episode_rig import FileVerifier, fake_spec, make_task
 
 from rollbank.collect_config import CollectConfig, load_collect_config
-from rollbank.collector import InferencePlane, check_output_folder, collect
+from rollbank.collector import check_output_folder, collect
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.errors import InputError
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
+from rollbank.inference_plane import InferencePlane
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
 

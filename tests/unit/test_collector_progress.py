@@ -13,16 +13,12 @@ from episode_rig import FileVerifier, fake_spec, make_task
 from test_collector import TOK, config, model
 
 from rollbank.collect_config import load_collect_config
-from rollbank.collector import (
-    InferencePlane,
-    collect,
-    enter_concurrently,
-    select_tasks,
-)
+from rollbank.collector import collect, enter_concurrently, select_tasks
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.errors import ConfigError
 from rollbank.inference.fake import make_fake_fleet
+from rollbank.inference_plane import InferencePlane
 from rollbank.metrics.bound import Capacity
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool

@@ -10,7 +10,6 @@ import pytest
 from episode_rig import FileVerifier, fake_spec, make_task
 
 from rollbank.collect_config import load_collect_config
-from rollbank.collector import InferencePlane
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.evaluation.passk import histogram_quantile, mean_pass_at_k, pass_at_k
@@ -18,6 +17,7 @@ from rollbank.evaluation.run import EvalOptions, eval_config, evaluate, label_of
 from rollbank.evaluation.timing import bucket_delta, merge_buckets, ttft_buckets
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
+from rollbank.inference_plane import InferencePlane
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
 from rollbank.scheduling.types import StragglerPolicy

@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("scheduling",),
     ("metrics",),
     ("collect_config",),
+    ("inference_plane",),
     ("resume",),
     ("collector",),
     ("training", "evaluation"),

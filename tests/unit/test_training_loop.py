@@ -20,12 +20,12 @@ import torch
 from episode_rig import FileVerifier, fake_spec, make_task
 
 from rollbank.batching.loader import TensorBatch
-from rollbank.collector import InferencePlane
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import AdmissionGate, GenerateRequest
 from rollbank.inference.publish import WeightPublisher
+from rollbank.inference_plane import InferencePlane
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
 from rollbank.scheduling.events import BatchEvent, Event, EventKind

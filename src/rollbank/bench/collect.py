@@ -229,9 +229,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     if args.engine != "accel-sim":
         return await _main_arms(args)
     from rollbank.bench.accelsim.process import AccelSimServers
-    from rollbank.collector import _vocab_size
     from rollbank.inference.models import ensure_model
     from rollbank.inference.tokenizer import load_tokenizer
+    from rollbank.inference_plane import _vocab_size
 
     tok = load_tokenizer(await asyncio.to_thread(ensure_model, args.model))
     async with AccelSimServers(args.accelsim_profile, args.num_servers, vocab_size=_vocab_size(tok),
@@ -247,8 +247,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
     import contextlib
 
-    from rollbank.collector import collect, open_inference, select_tasks, tasks_to_prepare
+    from rollbank.collector import collect, select_tasks, tasks_to_prepare
     from rollbank.episodes.sandboxes import open_sandboxes
+    from rollbank.inference_plane import open_inference
     from rollbank.metrics.calibrate import calibrate
 
     t_bench = time.monotonic()

@@ -25,11 +25,9 @@ from pydantic import Field, model_validator
 
 from rollbank.collect_config import CollectConfig
 from rollbank.collector import (
-    InferencePlane,
     check_output_folder,
     collect,
     enter_concurrently,
-    open_inference,
     plain_printer,
     select_tasks,
 )
@@ -45,6 +43,7 @@ from rollbank.evaluation.timing import (
     ttft_buckets,
 )
 from rollbank.inference.protocol import InferenceClient
+from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.scheduling.types import SchedulingMode, StragglerPolicy
 from rollbank.tasks.model import Task
 

@@ -25,10 +25,8 @@ from rollbank.batching.loader import TensorBatch
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.collector import (
     CollectResult,
-    InferencePlane,
     check_output_folder,
     collect,
-    open_inference,
     select_tasks,
     tasks_to_prepare,
 )
@@ -36,6 +34,7 @@ from rollbank.config import dump_resolved
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.inference.protocol import AdmissionGate
 from rollbank.inference.publish import WeightPublisher
+from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.routing import router_from_config
 from rollbank.scheduling.events import EventSink
 from rollbank.tasks.model import Task

@@ -1,0 +1,81 @@
+"""The inference plane of a collection: start (managed), connect to (external) or fake the
+servers a :class:`~rollbank.collect_config.InferenceSection` describes, and hand out one client
+per server URL with the model's tokenizer. Used by the collector, ``rollbank train`` and eval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from rollbank.collect_config import InferenceSection
+from rollbank.errors import ConfigError
+from rollbank.inference.protocol import InferenceClient, Tokenizer
+
+
+@dataclass
+class InferencePlane:
+    """Opened inference servers: one client per server URL and the model's tokenizer."""
+
+    clients: dict[str, InferenceClient]
+    tokenizer: Tokenizer
+    vocab_size: int
+    description: str
+
+    async def reset_caches(self) -> None:
+        for c in self.clients.values():
+            await c.reset_prefix_cache()
+
+
+def _vocab_size(tok: Tokenizer) -> int:
+    return int(getattr(tok, "vocab_size", 0) or 256)
+
+
+@contextlib.asynccontextmanager
+async def open_inference(cfg: InferenceSection, *, max_model_len: int,
+                         say: Callable[[str], None] | None = None) -> AsyncIterator[InferencePlane]:
+    """Start (managed), connect to (external) or fake the inference servers."""
+    if cfg.kind == "fake":
+        from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
+
+        _, fakes = make_fake_fleet(cfg.fake_servers, decode_s_per_token=cfg.fake_decode_s_per_token,
+                                   prefill_s_per_token=cfg.fake_prefill_s_per_token,
+                                   max_model_len=max_model_len, eos_probability=0.02)
+        ftok = FakeTokenizer()
+        yield InferencePlane({c.base_url: c for c in fakes}, ftok, ftok.vocab_size,
+                             f"{cfg.fake_servers} fake servers")
+        return
+    from rollbank.inference.models import ensure_model
+    from rollbank.inference.tokenizer import load_tokenizer
+    from rollbank.inference.vllm_client import VLLMClient
+
+    if cfg.kind == "external":
+        if not cfg.urls or cfg.tokenizer is None:
+            raise ConfigError("external inference needs urls and tokenizer", field="inference")
+        model_dir = await asyncio.to_thread(ensure_model, cfg.tokenizer)
+        tok = load_tokenizer(model_dir)
+        clients = {u.rstrip("/"): VLLMClient(u) for u in cfg.urls}
+        try:
+            for c in clients.values():  # refuses (WeightVersionError) a server with no version
+                await c.connect()
+            yield InferencePlane(dict(clients), tok, _vocab_size(tok), f"external {cfg.urls}")
+        finally:
+            for c in clients.values():
+                await c.aclose()
+        return
+    from rollbank.inference.server import ManagedServers
+
+    managed = ManagedServers(cfg.managed, on_ready=None if say is None else
+                             lambda i, secs: say(f"server {i} ready in {secs:.0f} s"))
+    if say is not None:
+        say(managed.plan.line())
+        say(f"starting {managed.plan.num_servers} vLLM server(s) for {cfg.managed.model} "
+            f"(compile: {cfg.managed.compile})...")
+    async with managed as servers:
+        assert servers.model_dir is not None
+        tok = load_tokenizer(servers.model_dir)
+        yield InferencePlane(dict(zip(servers.urls, servers.clients, strict=True)), tok,
+                             _vocab_size(tok),
+                             f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}")
