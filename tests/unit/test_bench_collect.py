@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from rollbank.bench.collect import ARMS, _compare, _quick, add_arguments, arm_config
+from rollbank.bench.collect import (
+    ARMS,
+    DEFAULT_ARMS,
+    _compare,
+    _quick,
+    add_arguments,
+    arm_config,
+    parse_arms,
+)
+from rollbank.errors import UsageError
 
 
 def args(*argv: str) -> argparse.Namespace:
@@ -35,6 +44,18 @@ def test_arms_differ_only_in_their_levers() -> None:
         assert c.runner == naive.runner and c.fenced_shell == naive.fenced_shell
         assert c.inference.managed == naive.inference.managed
         assert c.scheduler.bank.group_size == 4
+
+
+def test_naive_cold_start_uses_cached_layers_rebuild_is_a_labelled_variant() -> None:
+    a = args()
+    assert "naive_rebuild" not in DEFAULT_ARMS and parse_arms(a.arms) == list(DEFAULT_ARMS)
+    naive, rebuild = arm_config(a, "naive"), arm_config(a, "naive_rebuild")
+    assert naive.sandbox.warm is False and naive.sandbox.cold_rebuild is False
+    assert rebuild.sandbox.warm is False and rebuild.sandbox.cold_rebuild is True
+    assert rebuild.model_dump(exclude={"sandbox", "output"}) == naive.model_dump(exclude={"sandbox", "output"})
+    assert all(not arm_config(a, n).sandbox.cold_rebuild for n in DEFAULT_ARMS)
+    with pytest.raises(UsageError, match="nope"):
+        parse_arms("naive,nope")
 
 
 def test_quick_size() -> None:

@@ -5,13 +5,17 @@ prefix caches are reset before each arm. Every arm runs the same task sequence w
 seeds, the same sandbox slots and inference slots per server. Arms:
 
 - ``naive``: launch-order synchronous batch (scheduler mode ``naive``: exactly G groups, wait
-  for all), round-robin routing, a cold sandbox per episode (environment layers rebuilt in a
-  private cache per episode, then a fresh start), no over-provisioning.
+  for all), round-robin routing, a fresh sandbox per episode started from the task's cached
+  layers (what ``docker run`` of an image built once does; its measured start cost is reported
+  per arm as ``sandbox_setup_s``), no over-provisioning.
 - ``routing``: naive + cache-aware routing.
 - ``sandboxes``: naive + warm snapshot/fork sandboxes.
 - ``bank``: naive + ready bank (G' > G over-provisioning, straggler policy ``carry``, infra
   retries in the sibling slot).
 - ``optimized``: all three levers.
+- ``naive_rebuild`` (only when asked for with ``--arms``): naive with the environment layers
+  rebuilt in a private cache per episode (a ``docker build`` per episode), a separately
+  labelled variant; the ratios are always against ``naive``.
 
 ``--engine accel-sim`` swaps the managed vLLM servers for ``--num-servers`` accelsim
 benchmark engine processes (:mod:`rollbank.bench.accelsim`: vLLM's HTTP API answering after an
@@ -46,7 +50,10 @@ ARMS: dict[str, dict[str, bool]] = {
     "sandboxes": {"routing": False, "sandboxes": True, "bank": False},
     "bank": {"routing": False, "sandboxes": False, "bank": True},
     "optimized": {"routing": True, "sandboxes": True, "bank": True},
+    "naive_rebuild": {"routing": False, "sandboxes": False, "bank": False},
 }
+REBUILD_ARMS = frozenset({"naive_rebuild"})  # cold start = layers rebuilt per episode
+DEFAULT_ARMS = tuple(a for a in ARMS if a not in REBUILD_ARMS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--tasks", nargs="+", default=["terminal-lite"], help="task folders or suites")
     a("--exclude-costs", default="expensive-env",
       help="comma-separated task costs left out (default: expensive-env; see module notes)")
-    a("--arms", default=",".join(ARMS), help="arms to run, comma-separated, in this order")
+    a("--arms", default=",".join(DEFAULT_ARMS),
+      help=f"arms to run, comma-separated, in this order (of: {', '.join(ARMS)})")
     a("--seed", type=int, default=0, help="scheduler and task-order seed")
     a("--block-size", type=int, default=32, help="vLLM KV block size = router block size")
     a("--kv-cache-gib", type=float, default=2.0, help="VLLM_CPU_KVCACHE_SPACE per server")
@@ -144,7 +152,7 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "router.policy": "cache_aware" if lv["routing"] else "round_robin",
         "router.block_size": args.block_size,
         "sandbox.warm": lv["sandboxes"],
-        "sandbox.cold_rebuild": True,
+        "sandbox.cold_rebuild": arm in REBUILD_ARMS,
         "inference.calibrate": False,
         "inference.managed.model": args.model,
         "inference.managed.num_servers": args.num_servers,
@@ -203,11 +211,12 @@ def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
 
 
 def episode_shape(trajs: Sequence[Trajectory]) -> dict[str, Any]:
-    """What every finished attempt looked like: turns, tool seconds, duration (n, mean, p50,
-    p90, max — the selection profile's summary)."""
+    """What every finished attempt looked like: turns, sandbox set-up (fork or fresh start),
+    tool seconds, duration (n, mean, p50, p90, max — the selection profile's summary)."""
     from rollbank.scheduling.profile import dist
 
     return {"turns": dist(float(len(t.steps)) for t in trajs).to_dict(),
+            "sandbox_setup_s": dist(t.sandbox_setup_s for t in trajs).to_dict(),
             "tool_s": dist(t.tool_s for t in trajs).to_dict(),
             "duration_s": dist(t.duration_s for t in trajs).to_dict()}
 
@@ -253,7 +262,7 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.metrics.calibrate import calibrate
 
     t_bench = time.monotonic()
-    arms = [a for a in args.arms.split(",") if a]
+    arms = parse_arms(args.arms)
     configs = {a: arm_config(args, a) for a in arms}
     first = configs[arms[0]]
     tasks = select_tasks(first)
@@ -297,6 +306,18 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
     report["comparison"] = _compare(report["arms"])
     report["bench_run_s"] = round(time.monotonic() - t_bench, 1)
     return report
+
+
+def parse_arms(text: str) -> list[str]:
+    """``--arms a,b,c`` in order; an unknown name is a usage error naming it."""
+    from rollbank.errors import UsageError
+
+    arms = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        raise UsageError(f"--arms {text}: unknown arm(s) {', '.join(unknown) or '(none given)'}; "
+                         f"choose from {', '.join(ARMS)}")
+    return arms
 
 
 def _compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
