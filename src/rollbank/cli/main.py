@@ -23,6 +23,7 @@ from rollbank import __version__
 COMMAND_MODULES = (
     "rollbank.cli.tasks",
     "rollbank.cli.serve",
+    "rollbank.cli.serve_collector",
     "rollbank.cli.collect",
     "rollbank.cli.train",
     "rollbank.cli.eval",
