@@ -198,3 +198,21 @@ def build_app(hub: CollectorHub, *, token: str, registry: CollectorRegistry,
         return JSONResponse(app.openapi())
 
     return app
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The service's OpenAPI schema (what ``GET /openapi.json`` answers; docs/service-openapi.json).
+
+    Regenerate the committed copy with ``python -m rollbank.service.app > docs/service-openapi.json``."""
+    from rollbank.clock import MonotonicClock
+    from rollbank.service.leases import BatchLeases
+
+    clock = MonotonicClock()
+    hub = CollectorHub(BatchLeases(clock, lease_s=1.0), run_id="schema", max_unacked=1, clock=clock)
+    schema: dict[str, Any] = build_app(hub, token="x" * 16, registry=CollectorRegistry(),
+                                       max_poll_s=1.0).openapi()
+    return schema
+
+
+if __name__ == "__main__":
+    print(json.dumps(openapi_schema(), indent=2, sort_keys=True))
