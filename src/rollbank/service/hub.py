@@ -84,8 +84,7 @@ class CollectorHub:
             self.leases.add(index, str(path))
             self.refresh_gauges()
             self._changed.notify_all()
-            await self._changed.wait_for(lambda: self.leases.unacked < self.max_unacked
-                                         or self.state == "stopping")
+            await self._changed.wait_for(lambda: self.leases.unacked < self.max_unacked)
 
     async def finish(self, error: BaseException | None = None) -> None:
         """The collection ended (``error``: it failed); wakes every waiter."""
@@ -97,7 +96,7 @@ class CollectorHub:
             self._changed.notify_all()
 
     async def stop(self) -> None:
-        """The service is shutting down: long polls return, back-pressure lets go."""
+        """The service is shutting down: long polls return (the collection is cancelled)."""
         async with self._changed:
             self.state = "stopping"
             self._changed.notify_all()

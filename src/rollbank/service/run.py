@@ -128,12 +128,11 @@ async def _serve(config: ServeCollectorConfig, tasks: list[Task], token: str, so
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        collecting.cancel()  # no batch is handed over after a stop
         if failure is None:
             await hub.stop()
         server.should_exit = True
-        await asyncio.gather(serving, return_exceptions=True)
-        collecting.cancel()
-        await asyncio.gather(collecting, return_exceptions=True)
+        await asyncio.gather(serving, collecting, return_exceptions=True)
     if failure is not None:
         raise failure
     return hub.status()
@@ -146,17 +145,25 @@ def _write_info(out: Path, info: dict[str, Any]) -> None:
 
 async def _until_end(hub: CollectorHub, collecting: asyncio.Task[None], serving: asyncio.Task[None],
                      stopped: asyncio.Event, *, exit_when_done: bool) -> None:
+    """Return when the service should stop: a signal, the HTTP server ended, the collection
+    failed, or (``exit_when_done``) it finished and every batch is acknowledged. A finished
+    collection alone does not stop the service: the trainer may still fetch and read status."""
     stop = asyncio.create_task(stopped.wait())
+    done: asyncio.Task[None] | None = None
     try:
         await asyncio.wait([collecting, serving, stop], return_when=asyncio.FIRST_COMPLETED)
-        if collecting.done() and not collecting.cancelled() and collecting.exception() is None \
-                and exit_when_done and not stop.done() and not serving.done():
-            done = asyncio.create_task(hub.wait_all_acked())
-            await asyncio.wait([done, serving, stop], return_when=asyncio.FIRST_COMPLETED)
-            done.cancel()
+        if collecting.done() and not stop.done() and not serving.done() \
+                and not collecting.cancelled() and collecting.exception() is None:
+            waits: list[asyncio.Task[Any]] = [serving, stop]
+            if exit_when_done:
+                done = asyncio.create_task(hub.wait_all_acked())
+                waits.append(done)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        stop.cancel()
-    if serving.done() and serving.exception() is not None:
+        for t in (stop, done):
+            if t is not None:
+                t.cancel()
+    if serving.done() and not serving.cancelled() and serving.exception() is not None:
         raise ServiceError(f"the HTTP server stopped: {serving.exception()}")
 
 
