@@ -132,6 +132,8 @@ def test_service_process_driven_by_a_client(tmp_path: Path) -> None:
         assert len(list((out / "episodes").glob("*.json"))) >= 6
         summary = json.loads((out / "summary.json").read_text())
         assert len(summary["batches"]) == 3
+        (applied,) = [json.loads(x) for x in (out / "versions.jsonl").read_text().splitlines()]
+        assert applied["version"] == 1 and applied["checkpoint"] == str(ckpt)
         resolved = json.loads((out / "config.resolved.json").read_text())
         assert resolved["service"]["token"] is None and TOKEN not in json.dumps(resolved)
 

@@ -3,7 +3,8 @@
 Order: resolve the token (refuse without one), check the output folder, bind the socket
 (``service.host``:``service.port``), start serving (status answers ``starting`` while the
 planes open: servers start, sandboxes are prepared), then run the collection with the hub as
-its batch consumer. ``<output>/service.json`` names the bound URL, run id and pid (no token).
+its batch consumer. ``<output>/service.json`` names the bound URL, run id and pid (no token);
+``<output>/versions.jsonl`` records every applied version announcement.
 
 Ends
 - SIGINT/SIGTERM: long polls are answered 410, the HTTP server drains, the collection is
@@ -138,6 +139,11 @@ async def _serve(config: ServeCollectorConfig, tasks: list[Task], token: str, so
     return hub.status()
 
 
+def _append_line(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+
+
 def _write_info(out: Path, info: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "service.json").write_text(json.dumps(info, indent=2) + "\n")
@@ -198,6 +204,9 @@ async def _collection(config: ServeCollectorConfig, tasks: list[Task], hub: Coll
                     detail.update(report.to_dict())
                 for server in servers:  # prefix-affinity beliefs are void after a weight change
                     router.on_weight_version(server, version)
+                record = {"version": version, "checkpoint": checkpoint, "at_s": clock.now(),
+                          "wall_clock": time.time(), **detail}
+                await asyncio.to_thread(_append_line, Path(config.output) / "versions.jsonl", record)
                 return detail
 
             async def on_batch(batch: Batch, path: Path) -> None:
