@@ -76,3 +76,12 @@ def test_serve_collector_refuses_to_start_without_a_token(
     assert "ROLLBANK_SERVICE_TOKEN" in capsys.readouterr().err
     assert not out.exists()  # refused before anything was written or started
     assert main(["serve-collector", "--service.lease-s", "0"]) == 2  # a bad flag: usage
+
+
+def test_every_service_field_is_a_documented_flag() -> None:
+    from rollbank.cli.flags import flags_of
+    from rollbank.service.config import ServeCollectorConfig
+
+    service = [f for f in flags_of(ServeCollectorConfig) if f.key.startswith("service.")]
+    assert {f.key for f in service} == {f"service.{k}" for k in ServiceSection.model_fields}
+    assert all(len(f.help) > 20 for f in service), [f.key for f in service if len(f.help) <= 20]
