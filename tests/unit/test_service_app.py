@@ -171,3 +171,10 @@ async def test_stop_answers_waiting_polls(served: Served) -> None:
     await served.hub.stop()
     r = await asyncio.wait_for(waiting, 5)
     assert r.status_code == 410 and r.json()["state"] == "stopping"
+
+
+async def test_no_batch_is_handed_out_while_stopping(served: Served, tmp_path: Path) -> None:
+    await _written(served.hub, tmp_path, 0)
+    await served.hub.stop()
+    r = await served.http.post("/v1/batches/next", params={"timeout_s": 0})
+    assert r.status_code == 410 and served.hub.leases.counts()["leased"] == 0

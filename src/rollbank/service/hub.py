@@ -119,6 +119,8 @@ class CollectorHub:
         deadline = loop.time() + timeout_s
         async with self._changed:
             while True:
+                if self.state == "stopping":
+                    return Finished(self.state, self.error)
                 lease = self.leases.lease()
                 if lease is not None:
                     self.refresh_gauges()
