@@ -173,3 +173,18 @@ class ServiceError(RollbankError):
     def __init__(self, message: str, *, status: int = 500) -> None:
         self.status = status
         super().__init__(message)
+
+
+def rollbank_error_in(exc: BaseException) -> RollbankError | None:
+    """The :class:`RollbankError` ``exc`` is, or the first one an exception group holds when
+    every error in it is one (a ``TaskGroup`` wraps the error that ended it); else None."""
+    if isinstance(exc, RollbankError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        match, rest = exc.split(RollbankError)
+        if match is not None and rest is None:
+            leaf: BaseException = match
+            while isinstance(leaf, BaseExceptionGroup):
+                leaf = leaf.exceptions[0]
+            return leaf if isinstance(leaf, RollbankError) else None
+    return None

@@ -146,3 +146,42 @@ def test_service_process_driven_by_a_client(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+FAILING = Path(__file__).resolve().parents[1] / "fixtures" / "tasks-malformed" / "failing-run"
+
+
+def test_a_failing_collection_is_reported_to_the_trainer_and_exits_3(tmp_path: Path) -> None:
+    """A task whose environment build fails once the service is up: the waiting long poll is
+    answered 410 with the error, the command ends with one error line and exit 3 (bad input).
+    Before the fix the build error came out of the warm pool's TaskGroup as an exception
+    group: a traceback and exit 1 (``rollbank collect`` too)."""
+    out = tmp_path / "run"
+    env = {**os.environ, "ROLLBANK_SERVICE_TOKEN": TOKEN,
+           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    common = ["--inference.kind", "fake", "--inference.calibrate", "false", "--tasks", str(FAILING),
+              "--set", "include=[]", "--metrics.live", "off", "--metrics.report", "false"]
+    proc = subprocess.Popen([sys.executable, "-m", "rollbank.cli.main", "serve-collector", *common,
+                             "--port", "0", "--out", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = _line(proc, 120)["service"]
+        # a long poll waiting while the environment is built is answered with the failure
+        r = httpx.post(url + "/v1/batches/next", params={"timeout_s": 60}, timeout=90,
+                       headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 410 and r.json()["state"] == "failed"
+        assert r.json()["error"].startswith("BuildError: ") and "Dockerfile:3" in r.json()["error"]
+        assert proc.wait(timeout=120) == 3
+        assert proc.stderr is not None
+        err = proc.stderr.read().strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("rollbank serve-collector: error: ")
+        assert "failing-run/environment/Dockerfile:3" in err[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    done = subprocess.run([sys.executable, "-m", "rollbank.cli.main", "collect", *common,
+                           "--out", str(tmp_path / "collect")],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stderr.strip().count("\n") == 0 and "Dockerfile:3" in done.stderr

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from prometheus_client import CollectorRegistry, Gauge
 
 from rollbank.clock import Clock
-from rollbank.errors import ServiceError
+from rollbank.errors import ServiceError, rollbank_error_in
 from rollbank.service.leases import BatchLeases, Lease
 
 State = Literal["starting", "collecting", "finished", "failed", "stopping"]
@@ -90,7 +90,8 @@ class CollectorHub:
         """The collection ended (``error``: it failed); wakes every waiter."""
         async with self._changed:
             if error is not None:
-                self.state, self.error = "failed", f"{type(error).__name__}: {error}"
+                cause = rollbank_error_in(error) or error
+                self.state, self.error = "failed", f"{type(cause).__name__}: {cause}"
             elif self.state != "stopping":
                 self.state = "finished"
             self._changed.notify_all()
