@@ -162,3 +162,29 @@ class SchedulingError(RollbankError):
 
 class CollectionStalledError(SchedulingError):
     """Nothing runs and nothing can be launched, yet the run wants more batches."""
+
+
+# ---------------------------------------------------------------- the collector service (service/)
+class ServiceError(RollbankError):
+    """The collector service refused a request or cannot serve one. ``status`` is the HTTP
+    status the service answers with (and that :mod:`rollbank.service.client` raises it with):
+    401 bad token, 404 unknown batch, 409 stale lease or version, 422 bad request, 503 not ready."""
+
+    def __init__(self, message: str, *, status: int = 500) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+def rollbank_error_in(exc: BaseException) -> RollbankError | None:
+    """The :class:`RollbankError` ``exc`` is, or the first one an exception group holds when
+    every error in it is one (a ``TaskGroup`` wraps the error that ended it); else None."""
+    if isinstance(exc, RollbankError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        match, rest = exc.split(RollbankError)
+        if match is not None and rest is None:
+            leaf: BaseException = match
+            while isinstance(leaf, BaseExceptionGroup):
+                leaf = leaf.exceptions[0]
+            return leaf if isinstance(leaf, RollbankError) else None
+    return None

@@ -18,8 +18,11 @@ def run(mods: list[str], body: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_import_rollbank_needs_no_extra() -> None:
-    proc = run(["torch", "matplotlib", "transformers", "vllm", "tensorboardX", "wandb", "ray"],
+    proc = run(["torch", "matplotlib", "transformers", "vllm", "tensorboardX", "wandb", "ray",
+                "fastapi", "uvicorn"],
                "import rollbank, rollbank.collector, rollbank.cli.main\n"
+               "import rollbank.service.run, rollbank.service.client\n"
+               "rollbank.cli.main.build_parser()\n"
                "import rollbank.batching.loader, rollbank.metrics.report\n"
                "import rollbank.metrics.tensorboard, rollbank.metrics.wandb\n"
                "print('ok')\n")
@@ -38,6 +41,11 @@ def test_import_rollbank_needs_no_extra() -> None:
     (["wandb"], "from pathlib import Path\n"
                 "from rollbank.metrics.wandb import open_wandb\n"
                 "open_wandb(Path('/nonexistent/wb'))\n", "wandb"),
+    (["fastapi"], "from rollbank.service.app import openapi_schema\n"
+                  "openapi_schema()\n", "service"),
+    (["uvicorn"], "from rollbank.service.config import load_service_config\n"
+                  "from rollbank.service.run import serve_collector\n"
+                  "serve_collector(load_service_config(), say=print)\n", "service"),
 ])
 def test_a_feature_without_its_extra_names_the_extra(mods: list[str], body: str, extra: str
                                                      ) -> None:

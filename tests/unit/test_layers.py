@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("inference_plane",),
     ("resume",),
     ("collector",),
-    ("training", "evaluation"),
+    ("training", "evaluation", "service"),
     ("numerics",),
     ("cli", "bench"),
 ]

@@ -23,6 +23,7 @@ from rollbank import __version__
 COMMAND_MODULES = (
     "rollbank.cli.tasks",
     "rollbank.cli.serve",
+    "rollbank.cli.serve_collector",
     "rollbank.cli.collect",
     "rollbank.cli.train",
     "rollbank.cli.eval",
@@ -74,7 +75,7 @@ def _set_formatter(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rollbank.errors import RollbankError
+    from rollbank.errors import RollbankError, rollbank_error_in
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -85,6 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RollbankError as exc:
         print(f"rollbank {command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BaseExceptionGroup as group:  # a TaskGroup wrapped the error that ended the run
+        err = rollbank_error_in(group)
+        if err is None:
+            raise
+        print(f"rollbank {command}: error: {err}", file=sys.stderr)
+        return err.exit_code
     except KeyboardInterrupt:
         print(f"rollbank {command}: interrupted", file=sys.stderr)
         return 130

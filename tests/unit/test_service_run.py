@@ -1,0 +1,78 @@
+"""When `rollbank serve-collector` stops (service/run.py `_until_end`), and binding."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+
+from rollbank.clock import MonotonicClock
+from rollbank.errors import ServiceError
+from rollbank.service.hub import CollectorHub
+from rollbank.service.leases import BatchLeases, Lease
+from rollbank.service.run import _until_end, bind
+
+
+def _hub() -> CollectorHub:
+    clock = MonotonicClock()
+    return CollectorHub(BatchLeases(clock, lease_s=600), run_id="r", max_unacked=4, clock=clock)
+
+
+async def _finished_collection(hub: CollectorHub) -> None:
+    await hub.on_batch(0, Path("/b/0"))
+    await hub.finish()
+
+
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("exit_when_done", [False, True])
+async def test_a_finished_collection_does_not_stop_the_service_by_itself(exit_when_done: bool) -> None:
+    hub = _hub()
+    collecting = asyncio.create_task(_finished_collection(hub))
+    serving = asyncio.create_task(_forever())
+    stopped = asyncio.Event()
+    ending = asyncio.create_task(_until_end(hub, collecting, serving, stopped,
+                                            exit_when_done=exit_when_done))
+    await collecting
+    await asyncio.sleep(0.05)
+    assert not ending.done()  # one batch not acknowledged yet
+    lease = await hub.next_batch(0)
+    assert isinstance(lease, Lease)
+    await hub.ack(0, lease.lease_id)
+    await asyncio.sleep(0.05)
+    assert ending.done() is exit_when_done  # exit_when_done: every batch acknowledged
+    stopped.set()  # a signal always ends it
+    await asyncio.wait_for(ending, 5)
+    serving.cancel()
+
+
+async def test_a_failed_collection_ends_the_wait() -> None:
+    hub = _hub()
+
+    async def failing() -> None:
+        raise RuntimeError("boom")
+
+    collecting = asyncio.create_task(failing())
+    serving = asyncio.create_task(_forever())
+    await asyncio.wait_for(_until_end(hub, collecting, serving, asyncio.Event(), exit_when_done=False), 5)
+    assert isinstance(collecting.exception(), RuntimeError)
+    serving.cancel()
+
+
+def test_bind_refuses_a_taken_port_with_exit_code_1() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        with pytest.raises(ServiceError) as err:
+            bind("127.0.0.1", taken.getsockname()[1])
+        assert err.value.exit_code == 1 and "--service.port" in str(err.value)
+    finally:
+        taken.close()
+    free = bind("127.0.0.1", 0)
+    assert free.getsockname()[1] > 0
+    free.close()
