@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from rollbank.errors import ServerUnreachableError
 from rollbank.episodes.trajectory import Trajectory
+from rollbank.errors import ServerUnreachableError
 from rollbank.inference.protocol import AdmissionGate
 from rollbank.scheduling.scoring import EngineScorer
 
@@ -57,15 +57,23 @@ async def test_engine_scorer_reports_the_version_and_the_prompt_logprobs() -> No
 
 async def test_a_publication_during_scoring_scores_again_at_the_new_version() -> None:
     engine = FakeEngine([1, 2, 2, 2])  # before 1, after 2: ambiguous; then 2 / 2
-    scores = await EngineScorer([engine]).score([_traj("a")])
+    scores = await EngineScorer([engine]).score([_traj("a"), _traj("b")])
     assert scores.version == 2 and scores.logprobs["a"] is not None
-    assert engine.scored == ["score-a", "score-a"]
+    assert engine.scored == ["score-a", "score-b", "score-a", "score-b"]
+
+
+async def test_engines_that_disagree_on_the_version_are_scored_again() -> None:
+    old, new = FakeEngine([1, 1, 2]), FakeEngine([2])  # the first engine catches up
+    scores = await EngineScorer([old, new]).score([_traj("a"), _traj("b")])
+    assert scores.version == 2 and old.scored == ["score-a", "score-a"]
+    assert new.scored == ["score-b", "score-b"]
 
 
 async def test_a_version_moving_on_every_try_leaves_the_sequence_unmeasured() -> None:
     engine = FakeEngine(list(range(20)))
     scores = await EngineScorer([engine], version_retries=1).score([_traj("a")])
     assert scores.logprobs["a"] is None and "version changed" in scores.errors["a"]
+    assert scores.version == -1
 
 
 async def test_one_failed_sequence_is_unmeasured_the_others_are_scored() -> None:
@@ -87,7 +95,8 @@ async def test_scoring_waits_for_the_admission_gate() -> None:
 
 
 def test_trainer_scorer_scores_the_trajectories_tensors_at_the_trainers_version() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     from rollbank.batching.loader import TensorBatch
     from rollbank.training.scorer import TrainerScorer
 

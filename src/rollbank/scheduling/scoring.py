@@ -6,9 +6,9 @@ log-prob of every token of each valid sibling. Two scorers implement the seam:
 
 - :class:`EngineScorer` (here): the serving engine scores each sequence with prompt
   log-probs (``POST /v1/completions`` with ``prompt_logprobs=0``, prefill only,
-  :meth:`VLLMClient.prompt_logprobs`). The engine's version is read before and after; a
-  publication in between makes the result ambiguous, so the sequence is scored again (up to
-  ``version_retries`` times) and otherwise left unmeasured. It waits on the client's
+  :meth:`VLLMClient.prompt_logprobs`). The engines' version is read before and after the
+  group; a publication in between makes the result ambiguous, so the group is scored again
+  (up to ``version_retries`` times) and otherwise left unmeasured. It waits on the client's
   admission gate like a generation, so no scoring request reaches an engine mid-publication.
 - ``rollbank.training.scorer.TrainerScorer``: the trainer's recompute (blocking forward pass,
   run in a worker thread).
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.errors import InferenceError
 from rollbank.inference.protocol import AdmissionGate
 
 ENGINE_SCORER = "engine_prompt_logprobs"
@@ -72,11 +71,13 @@ class ScoringClient(Protocol):
 
 
 class EngineScorer:
-    """Scores each sequence on one of ``clients`` (round robin) with prompt log-probs.
+    """Scores a group's sequences on ``clients`` (round robin) with prompt log-probs.
 
-    All sequences of one call are scored concurrently; the group's ``version`` is the version
-    every measured sequence was scored at (sequences scored at another version than the
-    first one are scored again, so one call reports one version)."""
+    One call scores all sequences concurrently between two version reads of every client it
+    uses (``GET /weight_info`` before and after): the group is reported at one version. If a
+    version moved during the call, or the clients disagree (a fleet publication in
+    progress), the group is scored again, at most ``version_retries`` times; then every
+    sequence is unmeasured. A sequence whose request fails is unmeasured on its own."""
 
     name = ENGINE_SCORER
 
@@ -89,44 +90,42 @@ class EngineScorer:
         self._next = itertools.count()
         self._clock = clock
 
-    async def _one(self, traj: Trajectory) -> tuple[int, list[float]]:
-        """``(version, logprobs)`` of one sequence, its version unchanged across the call."""
-        client = self.clients[next(self._next) % len(self.clients)]
-        rid = f"score-{traj.trajectory_id}"
-        for _ in range(self.version_retries + 1):
-            await client.admission.wait_open()
-            before = await client.engine_version(rid)
-            values = await client.prompt_logprobs(list(traj.token_ids), request_id=rid)
-            if await client.engine_version(rid) == before:
-                return before, values
-        raise InferenceError(f"{rid}: the engine's version changed during every scoring try",
-                             request_id=rid)
+    async def _versions(self, used: Sequence[ScoringClient], rid: str) -> list[int]:
+        return list(await asyncio.gather(*(c.engine_version(rid) for c in used)))
 
     async def score(self, trajectories: Sequence[Trajectory]) -> GroupScores:
         t0 = self._clock()
-        results = await asyncio.gather(*(self._one(t) for t in trajectories),
-                                       return_exceptions=True)
-        errors: dict[str, str] = {}
-        versions = [r[0] for r in results if isinstance(r, tuple)]
-        version = max(versions, default=-1)
+        tokens = sum(len(t.token_ids) for t in trajectories)
+        start = next(self._next)
+        assigned = [self.clients[(start + i) % len(self.clients)] for i in range(len(trajectories))]
+        used = list({id(c): c for c in assigned}.values())
+        rid = f"score-{trajectories[0].group_id}" if trajectories else "score"
+        for _ in range(self.version_retries + 1):
+            for c in used:
+                await c.admission.wait_open()
+            before = await self._versions(used, rid)
+            results = await asyncio.gather(*(
+                c.prompt_logprobs(list(t.token_ids), request_id=f"score-{t.trajectory_id}")
+                for c, t in zip(assigned, trajectories, strict=True)), return_exceptions=True)
+            after = await self._versions(used, rid)
+            if before == after and len(set(before)) <= 1:
+                break
+        else:
+            why = "the engines' version changed during every scoring try"
+            return GroupScores(-1, {t.trajectory_id: None for t in trajectories}, self.name,
+                               self._clock() - t0, tokens, {t.trajectory_id: why for t in trajectories})
         out: dict[str, Sequence[float] | None] = {}
+        errors: dict[str, str] = {}
         for traj, res in zip(trajectories, results, strict=True):
-            if isinstance(res, tuple) and res[0] != version:  # a publication between them
-                try:
-                    res = await self._one(traj)
-                except InferenceError as exc:
-                    res = exc
-                if isinstance(res, tuple) and res[0] != version:
-                    res = InferenceError(f"scored at version {res[0]}, the group at {version}")
             if isinstance(res, BaseException):
                 if not isinstance(res, Exception):
                     raise res  # cancellation and the like are not a scoring failure
                 out[traj.trajectory_id] = None
                 errors[traj.trajectory_id] = f"{type(res).__name__}: {res}"
             else:
-                out[traj.trajectory_id] = res[1]
-        return GroupScores(version, out, self.name, self._clock() - t0,
-                           sum(len(t.token_ids) for t in trajectories), errors)
+                out[traj.trajectory_id] = res
+        version = before[0] if before else -1
+        return GroupScores(version, out, self.name, self._clock() - t0, tokens, errors)
 
 
 @dataclass
