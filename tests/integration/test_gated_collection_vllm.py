@@ -153,9 +153,12 @@ async def test_weights_changing_mid_collection_are_measured_and_gated(
 
     # both scorers on the same trajectories at the same weights (v1)
     trajs = list(batch.trajectories)
-    t0 = time.monotonic()
-    by_engine = await engine.score(trajs)
-    engine_s = time.monotonic() - t0
+    engine_runs = []
+    for _ in range(3):  # the best of three (2 shared cores)
+        t0 = time.monotonic()
+        by_engine = await engine.score(trajs)
+        engine_runs.append(time.monotonic() - t0)
+    engine_s = min(engine_runs)
     from rollbank.training.config import TrainerConfig
     from rollbank.training.scorer import TrainerScorer
     from rollbank.training.trainer import Trainer
@@ -163,8 +166,11 @@ async def test_weights_changing_mid_collection_are_measured_and_gated(
     trainer = await asyncio.to_thread(
         Trainer.load, TrainerConfig(model="tiny", finetune="full", dtype="float32"))
     await asyncio.to_thread(trainer.model.load_state_dict, perturbed())
-    by_trainer = await TrainerScorer(trainer, lambda: v0 + 1).score(trajs)
-    trainer_s = by_trainer.seconds
+    trainer_runs = []
+    for _ in range(3):
+        by_trainer = await TrainerScorer(trainer, lambda: v0 + 1).score(trajs)
+        trainer_runs.append(by_trainer.seconds)
+    trainer_s = min(trainer_runs)
     deltas = []
     for t in trajs:
         e = np.asarray(by_engine.logprobs[t.trajectory_id], dtype=np.float64)
@@ -177,7 +183,8 @@ async def test_weights_changing_mid_collection_are_measured_and_gated(
         "model": "tiny", "dtype": "float32", "trajectories": len(trajs), "tokens": tokens,
         "model_tokens": int(d.size),
         "engine_vs_trainer_abs_delta_nats": {"mean": float(d.mean()), "max": float(d.max())},
-        "engine_s": engine_s, "trainer_s": trainer_s,
+        "engine_s": engine_s, "trainer_s": trainer_s, "engine_runs_s": engine_runs,
+        "trainer_runs_s": trainer_runs,
         "engine_ms_per_token": 1e3 * engine_s / tokens,
         "trainer_ms_per_token": 1e3 * trainer_s / tokens,
         "gate": batch.staleness.report["gate"],

@@ -24,14 +24,16 @@ Invariants
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from rollbank.clock import Clock, MonotonicClock
+from rollbank.errors import ConfigError
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.driver import AttemptRunner, CollectionDriver
 from rollbank.scheduling.events import EventSink
 from rollbank.scheduling.gated import GatedScheduler
 from rollbank.scheduling.gated_bank import NeedsScoring
-from rollbank.scheduling.scoring import GroupScores, PolicyScorer
+from rollbank.scheduling.scoring import EngineScorer, GroupScores, PolicyScorer, ScoringClient
 from rollbank.staleness.config import StalenessConfig
 
 
@@ -90,13 +92,25 @@ class GatedCollectionDriver(CollectionDriver):
 
 def collection_driver(config: SchedulerConfig, runner: AttemptRunner, task_ids: list[str], *,
                       staleness: StalenessConfig | None = None,
-                      scorer: PolicyScorer | None = None, sink: EventSink | None = None,
+                      scorer: PolicyScorer | None = None, clients: Sequence[object] = (),
+                      sink: EventSink | None = None,
                       clock: Clock | None = None) -> CollectionDriver:
-    """The gated driver when ``staleness.collection.enabled`` (a ``scorer`` is then
-    required), else the plain one."""
+    """The gated driver when ``staleness.collection.enabled``, else the plain one.
+
+    The scorer is ``scorer`` if given, else (``collection.scorer = "engine"``) an
+    :class:`EngineScorer` over those of ``clients`` that can score (vLLM clients). The
+    trainer scorer needs the trainer: its caller passes a ``TrainerScorer``."""
     if staleness is None or not staleness.collection.enabled:
         return CollectionDriver(config, runner, task_ids, sink=sink, clock=clock)
     if scorer is None:
-        raise ValueError("staleness.collection.enabled needs a scorer")
+        field = "staleness.collection.scorer"
+        if staleness.collection.scorer != "engine":
+            raise ConfigError("the trainer scorer needs a trainer: the caller (rollbank train) "
+                              "must pass a TrainerScorer", field=field)
+        able = [c for c in clients if isinstance(c, ScoringClient)]
+        if not able:
+            raise ConfigError("the engine scorer needs servers that score prompt log-probs "
+                              "(vLLM); none of the inference clients can", field=field)
+        scorer = EngineScorer(able, version_retries=staleness.collection.version_retries)
     return GatedCollectionDriver(config, runner, task_ids, scorer=scorer, staleness=staleness,
                                  sink=sink, clock=clock)

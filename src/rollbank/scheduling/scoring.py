@@ -25,7 +25,7 @@ import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference.protocol import AdmissionGate
@@ -59,6 +59,7 @@ class PolicyScorer(Protocol):
     async def score(self, trajectories: Sequence[Trajectory]) -> GroupScores: ...
 
 
+@runtime_checkable
 class ScoringClient(Protocol):
     """What :class:`EngineScorer` needs from an engine client (a ``VLLMClient`` has it)."""
 
