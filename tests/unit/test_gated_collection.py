@@ -17,7 +17,7 @@ from rollbank.episodes.trajectory import Trajectory
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.driver import CollectionDriver
 from rollbank.scheduling.events import AttemptWaste, EventKind, ListSink, WasteReason
-from rollbank.scheduling.fake import FakeAttemptRunner, FakePlan
+from rollbank.scheduling.fake import FakeAttemptRunner, FakePlan, make_trajectory
 from rollbank.scheduling.gated_bank import AttemptGated, GatedReadyBank
 from rollbank.scheduling.gated_driver import GatedCollectionDriver, collection_driver
 from rollbank.scheduling.ledger import AttemptState
@@ -178,8 +178,6 @@ def test_scores_for_a_group_aborted_while_scoring_are_ignored() -> None:
     for k in keys:
         bank.on_launched(k)
         spec = AttemptSpec(k, "t", 0, 2, 0.0)
-        from rollbank.scheduling.fake import make_trajectory
-
         assert bank.on_finished(k, make_trajectory(spec, runner.plan_for(spec), now=0.0)) is None
     [need] = bank.drain_scoring()
     assert bank.scoring_count == 1 and bank.remaining("g") == 0
