@@ -25,6 +25,7 @@ from rollbank.episodes.workload import WorkloadConfig
 from rollbank.inference.config import ServerConfig
 from rollbank.routing import RouterConfig
 from rollbank.scheduling.config import SchedulerConfig
+from rollbank.staleness.config import StalenessConfig
 
 DEFAULT_CONFIG = "collect.toml"
 
@@ -129,6 +130,11 @@ class CollectConfig(Section):
     )
     sandbox: SandboxSection = Field(default_factory=lambda: SandboxSection.model_validate({}), description="sandboxes")
     metrics: MetricsSection = Field(default_factory=lambda: MetricsSection.model_validate({}), description="reporting")
+    staleness: StalenessConfig = Field(
+        default_factory=StalenessConfig,
+        description="divergence measurement, corrections, and the staleness gate in collection "
+        "(staleness.collection.enabled, off by default: docs/staleness.md)",
+    )
 
     @model_validator(mode="after")
     def _context_fits_the_servers(self) -> CollectConfig:

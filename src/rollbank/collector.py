@@ -64,6 +64,8 @@ from rollbank.routing import router_from_config
 from rollbank.routing.router import Router
 from rollbank.scheduling.driver import CollectionDriver
 from rollbank.scheduling.events import EventSink, FanoutSink
+from rollbank.scheduling.gated_driver import collection_driver
+from rollbank.scheduling.scoring import PolicyScorer
 from rollbank.scheduling.types import AttemptSpec
 from rollbank.tasks.loader import load_tasks
 from rollbank.tasks.model import Task
@@ -160,13 +162,15 @@ async def collect(
     router: Router | None = None,
     on_batch: Callable[[Batch, Path], Awaitable[None]] | None = None,
     resume: ResumePlan | None = None,
+    scorer: PolicyScorer | None = None,
 ) -> CollectResult:
     """Run one collection with opened planes; write batches, events, episodes, summary.
 
     ``router`` replaces the one ``config.router`` describes (a trainer tells it about weight
     versions); ``on_batch(batch, path)`` runs after a batch is written, before it is
     acknowledged (``rollbank train`` trains on it there); ``resume`` continues that crashed
-    run in ``out_dir`` (``rollbank.resume``).
+    run in ``out_dir`` (``rollbank.resume``); ``scorer`` scores groups for the staleness gate
+    (``config.staleness.collection``; default: the engines' prompt log-probs).
     """
     clock = clock or MonotonicClock()
     if resume is None:
@@ -234,8 +238,10 @@ async def collect(
             sinks.append(progress)
         task_ids = task_sequence(tasks, config.task_order_seed)
         verifiers = sched.verifier_slots or config.runner.verifier_slots or os.cpu_count()
-        driver = CollectionDriver(sched.model_copy(update={"verifier_slots": verifiers}), runner,
-                                  task_ids, sink=FanoutSink(*sinks), clock=clock)
+        driver = collection_driver(sched.model_copy(update={"verifier_slots": verifiers}), runner,
+                                   task_ids, sink=FanoutSink(*sinks), clock=clock, scorer=scorer,
+                                   staleness=config.staleness,
+                                   clients=list(inference.clients.values()))
         if resume is not None:
             driver.scheduler.resume_at(resume.next_index, resume.next_seq)
         log.record("run_started", clock.now(), tasks=len(tasks), servers=servers,

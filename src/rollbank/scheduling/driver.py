@@ -104,12 +104,13 @@ class CollectionDriver:
         *,
         sink: EventSink | None = None,
         clock: Clock | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.config = config
         self.runner = runner
         self.clock: Clock = clock or MonotonicClock()
         self.sink: EventSink = sink or ListSink()
-        self.scheduler = Scheduler(config, task_ids, self.clock)
+        self.scheduler = scheduler or Scheduler(config, task_ids, self.clock)
         self.batches_out: list[Batch] = []  # acknowledged, in order
         self._emitted: dict[int, Batch] = {}  # emitted, awaiting acknowledgement
         self._tasks: dict[AttemptKey, asyncio.Task[None]] = {}
@@ -232,7 +233,7 @@ class CollectionDriver:
                 await out.put(batch)
             if self.scheduler.done:
                 return
-            if not self._tasks and not self._nudged:
+            if not self._busy() and not self._nudged:
                 # nothing runs and the scheduler has nothing to launch: it cannot progress
                 raise CollectionStalledError(
                     "collection stalled: no attempt in flight and none launchable")
@@ -244,6 +245,14 @@ class CollectionDriver:
             if key in self._tasks:  # else: aborted after it had already returned
                 del self._tasks[key]
                 self.scheduler.on_finished(key, traj)
+                self._after_finished(tg)
+
+    def _busy(self) -> bool:
+        """Work is under way that will wake the loop (attempts; a subclass adds its own)."""
+        return bool(self._tasks)
+
+    def _after_finished(self, tg: asyncio.TaskGroup) -> None:
+        """Hook after each result reached the scheduler (the gated driver scores groups)."""
 
     def _start(self, tg: asyncio.TaskGroup, spec: AttemptSpec) -> None:
         spec = replace(spec, ctx=_Context(self, spec.key))

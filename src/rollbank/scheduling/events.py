@@ -37,6 +37,7 @@ class EventKind(StrEnum):
     BATCH_RETURNED = "batch_returned"  # an unacknowledged batch's groups went back to the bank
     TASK_UNREACHABLE = "task_unreachable"  # aborted and re-queued max_requeues times: given up
     WASTE = "waste"  # an attempt settled as waste (see WasteReason)
+    GATED = "gated"  # the staleness gate judged a valid attempt (scheduling/gated_bank.py)
 
 
 class WasteReason(StrEnum):
@@ -45,6 +46,7 @@ class WasteReason(StrEnum):
     GROUP_DROPPED = "group_dropped"  # its group had fewer than min_valid valid siblings
     ZERO_VARIANCE = "zero_variance"  # its group was filtered for zero reward variance
     UNCONSUMED_AT_CLOSE = "unconsumed_at_close"  # still pending when the collection closed
+    STALE_FINAL = "stale_final"  # dropped by the staleness gate after max_stale_retries
 
 
 @dataclass(frozen=True, kw_only=True)

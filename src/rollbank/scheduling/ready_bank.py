@@ -82,6 +82,7 @@ class _Slot:
     result: Trajectory | None = None
     retries: int = 0
     terminal: bool = False
+    stale_retries: int = 0  # re-runs caused by the staleness gate (scheduling/gated_bank.py)
 
 
 @dataclass
@@ -184,8 +185,12 @@ class ReadyBank:
         slot.terminal = True
         group.terminal += 1
         if group.terminal == len(group.slots):
-            return self._complete(group)
+            return self._all_terminal(group)
         return None
+
+    def _all_terminal(self, group: _Group) -> BankDecision:
+        """Every slot is terminal: complete the group (a gated bank scores it first)."""
+        return self._complete(group)
 
     def abort_group(self, group_id: str, reason: WasteReason = WasteReason.ABORTED) -> list[AttemptKey]:
         """Abandon an open group: settle its launched attempts as waste; return those in flight."""
@@ -201,8 +206,13 @@ class ReadyBank:
         return in_flight
 
     # ------------------------------------------------------------ completion
-    def _complete(self, group: _Group) -> GroupDone:
+    def _complete(self, group: _Group, excluded: frozenset[int] = frozenset()) -> GroupDone:
+        """Complete ``group``; ``excluded`` slots (the staleness gate's) leave it as waste."""
         done = [(s.current, s.result) for s in group.slots if s.result is not None]
+        for k, _ in done:
+            if k.slot in excluded:
+                self._waste(k, WasteReason.STALE_FINAL)
+        done = [(k, t) for k, t in done if k.slot not in excluded]
         valid_keys = [k for k, t in done if is_valid(t)]
         for k, t in done:
             if not is_valid(t):
@@ -230,7 +240,7 @@ class ReadyBank:
             group_id=group.group_id, task_id=group.task_id, seq=group.seq,
             trajectories=tuple(valid), rewards=adv.rewards, advantages=adv.advantages,
             zero_variance=adv.zero_variance, size=len(group.slots),
-            infra_final=len(done) - len(valid_keys), retries=sum(s.retries for s in group.slots),
+            infra_final=len(done) - len(valid_keys), retries=sum(s.retries + s.stale_retries for s in group.slots),
             launched_at=group.launched_at, completed_at=self.clock.now(),
         )
         return GroupDone(group.group_id, True)

@@ -19,6 +19,7 @@ Defaults and where they come from (../shared/reference/off-policy-and-numerics.m
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -177,6 +178,34 @@ class GateConfig(Section):
         return self
 
 
+class CollectionGateConfig(Section):
+    """The gate during collection: complete groups are scored against the current policy
+    before the ready bank releases them (``rollbank.scheduling.gated_driver``).
+
+    Off by default: with one policy version (``rollbank collect`` without a trainer, or a
+    synchronous loop) the divergence is only numerics (~0) and everything is admitted, so
+    scoring would spend one extra prefill per trajectory for no decision. Turn it on when
+    weights move during collection (async training with ``max_lag`` > 0).
+    """
+
+    enabled: bool = Field(
+        default=False,
+        description="score every complete group with the current policy and gate it before "
+        "release (dropped slots are re-run like infra retries); false: no scoring in collection",
+    )
+    scorer: Literal["engine", "trainer"] = Field(
+        default="engine",
+        description="who gives the current policy's log-probs: the serving engine's prompt "
+        "log-probs (prefill; staleness only, no trainer needed in the collector) or the "
+        "trainer's recompute (adds the engine/trainer numerics mismatch) -- docs/staleness.md",
+    )
+    version_retries: int = Field(
+        default=2, ge=0,
+        description="engine scorer: score a sequence again when the engine's version changed "
+        "during the request (a publication), at most this many times; then it is unmeasured",
+    )
+
+
 class StalenessConfig(Section):
     """Divergence measurement, corrections and the staleness gate (issue #11)."""
 
@@ -187,3 +216,7 @@ class StalenessConfig(Section):
         default_factory=CorrectionConfig, description="importance corrections emitted per token"
     )
     gate: GateConfig = Field(default_factory=GateConfig, description="the divergence gate")
+    collection: CollectionGateConfig = Field(
+        default_factory=CollectionGateConfig,
+        description="scoring and gating complete groups during collection (off by default)",
+    )
