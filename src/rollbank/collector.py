@@ -235,7 +235,8 @@ async def collect(
         task_ids = task_sequence(tasks, config.task_order_seed)
         verifiers = sched.verifier_slots or config.runner.verifier_slots or os.cpu_count()
         driver = CollectionDriver(sched.model_copy(update={"verifier_slots": verifiers}), runner,
-                                  task_ids, sink=FanoutSink(*sinks), clock=clock)
+                                  task_ids, sink=FanoutSink(*sinks), clock=clock,
+                                  capacity=sandboxes.capacity)
         if resume is not None:
             driver.scheduler.resume_at(resume.next_index, resume.next_seq)
         log.record("run_started", clock.now(), tasks=len(tasks), servers=servers,
@@ -249,7 +250,8 @@ async def collect(
                     batch.index, batch.trajectories, t_start=batch.window_start,
                     t_end=batch.ready_at, seen=list(runner.finished), capacity=capacity,
                     servers=servers, groups_needed=sched.groups_per_batch,
-                    group_size=sched.bank.group_size, sandbox_slots=sched.sandbox_slots,
+                    group_size=sched.bank.group_size,
+                    sandbox_slots=driver.scheduler.sandbox_slots,
                     extra={"accounting": batch.accounting.to_dict(),
                            "profile": batch.profile.to_dict(), "complete": batch.complete,
                            "unreachable": [u.to_dict() for u in batch.unreachable],

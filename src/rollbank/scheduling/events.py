@@ -37,6 +37,7 @@ class EventKind(StrEnum):
     BATCH_RETURNED = "batch_returned"  # an unacknowledged batch's groups went back to the bank
     TASK_UNREACHABLE = "task_unreachable"  # aborted and re-queued max_requeues times: given up
     WASTE = "waste"  # an attempt settled as waste (see WasteReason)
+    CAPACITY = "capacity"  # the sandbox slots changed (cluster nodes joined or left)
 
 
 class WasteReason(StrEnum):
@@ -149,6 +150,13 @@ class TaskUnreachable(Event):
     seq: int
     requeues: int
     longest_elapsed_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityChanged(Event):
+    """The sandbox slots the scheduler launches into are now ``sandbox_slots``."""
+
+    sandbox_slots: int
 
 
 class EventSink(Protocol):
