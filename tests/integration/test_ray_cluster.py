@@ -223,3 +223,29 @@ def test_a_worker_added_mid_run_grows_the_capacity(rayc: Ray, tmp_path: Path) ->
         elif e["kind"] in ("finished", "aborted"):
             running -= 1
     assert peak > 2, peak
+
+
+def test_collect_command_with_ray_address(rayc: Ray, tmp_path: Path) -> None:
+    """`rollbank collect --ray ADDRESS` in a process of its own (it joins the cluster itself)."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-c", "from rollbank.cli.main import main; raise SystemExit(main())",
+           "collect", "--ray", rayc.cluster.address, "--inference.kind", "fake",
+           "--inference.calibrate", "false", "--metrics.live", "off", "--metrics.report", "false",
+           "--workload.kind", "trace", "--workload.turns-median", "2",
+           "--workload.tool-latency-median-s", "0.3", "--groups", "2", "--group-size", "2",
+           "--pool-groups", "2", "--batches", "1", "--set", f"include={json.dumps(TASKS)}",
+           "--sandbox.local.run-dir", str(tmp_path / "sandboxes"), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(Path(rollbank.__file__).parents[1])}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["batches"]) == 1 and summary["batches"][0]["extra"]["complete"]
+    events = [json.loads(line) for line in (out / "events.jsonl").open()]
+    assert [e["sandbox_slots"] for e in events if e["kind"] == "capacity"] == [5]
+    resolved = json.loads((out / "config.resolved.json").read_text())
+    assert resolved["sandbox"]["ray"]["address"] == rayc.cluster.address

@@ -78,7 +78,11 @@ class RaySandboxBackend:
     # ---------------------------------------------------------------- lifetime
     async def open(self) -> RaySandboxBackend:
         """Join the cluster and wait (``wait_for_nodes_s``) for a first node with slots."""
-        self._owns_ray = await asyncio.to_thread(connect, self.config)
+        try:
+            self._owns_ray = await asyncio.to_thread(connect, self.config)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise SandboxStartError(f"cannot join the Ray cluster at "
+                                    f"{self.config.address!r}: {exc}") from exc
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.wait_for_nodes_s
         while True:
