@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from rollbank.errors import SandboxDiedError, SandboxError, SandboxLostError
 from rollbank.sandbox.protocol import Limits, SandboxSpec
 from rollbank.sandbox.ray.backend import spec_key
 from rollbank.sandbox.ray.cluster import slots_by_node
@@ -33,3 +36,49 @@ def test_spec_key_is_a_content_hash() -> None:
                               limits=Limits(memory_mb=1)),
                   SandboxSpec(layers=a.layers, env={"A": "1"}, label="t", network=True)):
         assert spec_key(other) != spec_key(a)
+
+
+class _Method:
+    def __init__(self, outcome: object) -> None:
+        self.outcome = outcome
+
+    def remote(self, *args: object) -> object:
+        async def reply() -> object:
+            if isinstance(self.outcome, BaseException):
+                raise self.outcome
+            return self.outcome
+
+        return reply()
+
+
+class _Actor:
+    """Stands for a Ray actor handle: ``actor.method.remote(...)`` is awaitable."""
+
+    def __init__(self, **outcomes: object) -> None:
+        for name, outcome in outcomes.items():
+            setattr(self, name, _Method(outcome))
+
+
+async def test_node_ref_translates_ray_errors() -> None:
+    ray = pytest.importorskip("ray")
+    from rollbank.sandbox.ray.cluster import NodeRef
+
+    lost: list[str] = []
+    inner = SandboxDiedError("no sandbox b1 on node 1234abcd (closed)")
+    actor = _Actor(info={"ok": 1}, died=ray.exceptions.ActorDiedError(),
+                   ours=ray.exceptions.RayTaskError("exec", "tb", inner).as_instanceof_cause(),
+                   bug=ray.exceptions.RayTaskError("exec", "tb", KeyError("x")))
+    node = NodeRef("1234abcd" + "0" * 48, actor, 2, lost.append)
+    assert await node.call("info") == {"ok": 1}
+    with pytest.raises(SandboxDiedError) as err:  # rollbank's own error, unwrapped
+        await node.call("ours")
+    assert err.value is inner and not lost
+    with pytest.raises(SandboxError, match="KeyError") as err2:  # a host bug: a sandbox error
+        await node.call("bug")
+    assert not isinstance(err2.value, SandboxLostError) and not lost
+    with pytest.raises(SandboxLostError, match="lost during died"):
+        await node.call("died")
+    assert lost == [node.node_id] and node.lost
+    with pytest.raises(SandboxLostError):  # every later call: lost, reported once
+        await node.call("info")
+    assert lost == [node.node_id]
