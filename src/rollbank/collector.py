@@ -184,7 +184,8 @@ async def collect(
         t_cal = time.monotonic()
         if say is not None:
             say("calibrating the servers' capacity for the lower bound (a few probe requests)...")
-        capacity = await calibrate(inference.clients, sandbox_slots=sched.sandbox_slots,
+        slots = sched.sandbox_slots if sandboxes.capacity is None else sandboxes.capacity.capacity
+        capacity = await calibrate(inference.clients, sandbox_slots=slots,
                                    vocab_size=inference.vocab_size,
                                    verifier_slots=config.runner.verifier_slots or os.cpu_count())
         await inference.reset_caches()
