@@ -29,7 +29,7 @@ import pytest
 import rollbank
 from rollbank.collect_config import CollectConfig, load_collect_config
 from rollbank.collector import CollectResult, collect, select_tasks
-from rollbank.episodes.outcome import Outcome
+from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.sandboxes import open_sandboxes
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference_plane import open_inference
@@ -142,8 +142,8 @@ async def test_sandboxes_land_on_both_workers(rayc: Ray, tmp_path: Path) -> None
 
 async def test_a_worker_killed_mid_run_reruns_its_attempts_as_infra(
         rayc: Ray, tmp_path: Path) -> None:
-    cfg = config(tmp_path / "run", rayc.cluster.address, **{
-        "scheduler.num_batches": 3, "workload.tool_latency_median_s": 1.0})
+    cfg = config(tmp_path / "run", rayc.cluster.address,
+                 **{"workload.tool_latency_median_s": 1.0})
     victim = rayc.workers[0]
     killed: list[tuple[int, float]] = []  # (sandboxes on the node, collector clock)
 
@@ -165,6 +165,11 @@ async def test_a_worker_killed_mid_run_reruns_its_attempts_as_infra(
         assert t.outcome is not None
         assert t.outcome.outcome is Outcome.INFRA_FAILURE, t.outcome.to_dict()
     assert ledger["retried"] >= len(lost)
+    # cut mid-episode: sandbox_died with the node_lost evidence (no experiment); cut while
+    # starting there: sandbox_start_failed
+    assert {t.outcome.reason for t in lost if t.outcome} <= {Reason.SANDBOX_DIED,
+                                                             Reason.SANDBOX_START_FAILED}
+    assert any(t.outcome and t.outcome.evidence.get("node_lost") for t in lost)
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").open()]
     assert [e["sandbox_slots"] for e in events if e["kind"] == "capacity"] == [5, 3]
     retried = {e["attempt_id"] for e in events if e["kind"] == "retried"}
