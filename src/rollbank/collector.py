@@ -188,7 +188,8 @@ async def collect(
         t_cal = time.monotonic()
         if say is not None:
             say("calibrating the servers' capacity for the lower bound (a few probe requests)...")
-        capacity = await calibrate(inference.clients, sandbox_slots=sched.sandbox_slots,
+        slots = sched.sandbox_slots if sandboxes.capacity is None else sandboxes.capacity.capacity
+        capacity = await calibrate(inference.clients, sandbox_slots=slots,
                                    vocab_size=inference.vocab_size,
                                    verifier_slots=config.runner.verifier_slots or os.cpu_count())
         await inference.reset_caches()
@@ -241,7 +242,8 @@ async def collect(
         driver = collection_driver(sched.model_copy(update={"verifier_slots": verifiers}), runner,
                                    task_ids, sink=FanoutSink(*sinks), clock=clock, scorer=scorer,
                                    staleness=config.staleness,
-                                   clients=list(inference.clients.values()))
+                                   clients=list(inference.clients.values()),
+                                   capacity=sandboxes.capacity)
         if resume is not None:
             driver.scheduler.resume_at(resume.next_index, resume.next_seq)
         log.record("run_started", clock.now(), tasks=len(tasks), servers=servers,
@@ -255,7 +257,8 @@ async def collect(
                     batch.index, batch.trajectories, t_start=batch.window_start,
                     t_end=batch.ready_at, seen=list(runner.finished), capacity=capacity,
                     servers=servers, groups_needed=sched.groups_per_batch,
-                    group_size=sched.bank.group_size, sandbox_slots=sched.sandbox_slots,
+                    group_size=sched.bank.group_size,
+                    sandbox_slots=driver.scheduler.sandbox_slots,
                     extra={"accounting": batch.accounting.to_dict(),
                            "profile": batch.profile.to_dict(), "complete": batch.complete,
                            "unreachable": [u.to_dict() for u in batch.unreachable],

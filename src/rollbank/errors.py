@@ -83,6 +83,10 @@ class SandboxDiedError(SandboxError):
     """A sandbox's runtime disappeared without a cause attributable to the model."""
 
 
+class SandboxLostError(SandboxDiedError):
+    """The node (or the Ray actor) hosting a sandbox was lost: never the model's doing."""
+
+
 # ---------------------------------------------------------------- inference boundary (infra)
 class InferenceError(RollbankError):
     """An inference server request failed. Maps to infra_failure unless stated otherwise."""

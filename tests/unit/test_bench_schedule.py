@@ -56,3 +56,16 @@ def test_scale_run_times_both_arms_and_what_if_sweeps_every_factor(tmp_path: Pat
     assert all(r["naive_s"] > 0 and r["optimized_s"] > 0 for r in rows)
     if a.plot:
         assert plot.stat().st_size > 0
+
+
+def test_decision_cost_keeps_n_in_flight_and_times_every_decision() -> None:
+    import argparse
+
+    from rollbank.bench.schedule_decision import decision_cost
+
+    out = decision_cost(argparse.Namespace(decision_cost=40, group_size=4, groups=2,
+                                           decisions=300))
+    assert out["in_flight_min"] == out["in_flight_max"] == 40
+    assert out["per_decision_ms"]["n"] == out["per_decision_cpu_ms"]["n"] == 300
+    assert out["batches_emitted"] == out["batch_emitting_decisions_ms"]["n"] > 0
+    assert set(out["target"]) >= {"measured_cpu_p99", "measured_wall_p99", "met_cpu", "met_wall"}

@@ -63,3 +63,9 @@ def test_resume_of_a_missing_run_is_a_typed_error_naming_the_folder(
     assert main(["collect", "--resume", missing]) != 0
     err = capsys.readouterr().err
     assert "no such run folder" in err and "absent" in err and "Traceback" not in err
+
+
+def test_ray_flag_sets_the_sandbox_backend_address() -> None:
+    for value in ("auto", "10.0.0.5:6379"):
+        assert _config("--ray", value).sandbox.ray.address == value
+    assert _config().sandbox.ray.address is None  # the embedded default stays local

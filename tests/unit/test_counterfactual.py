@@ -15,6 +15,7 @@ from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.validate import VerifyBaseline, baseline_path, load_baseline, save_baseline
+from rollbank.errors import SandboxLostError
 from rollbank.sandbox.fake import FakeBackend, FakeSandbox
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import Task
@@ -127,3 +128,20 @@ def test_a_missing_or_corrupt_baseline_is_none(tmp_path: Path) -> None:
     assert load_baseline("nope", tmp_path) is None
     baseline_path("bad", tmp_path).write_text("{not json")
     assert load_baseline("bad", tmp_path) is None
+
+
+def _lose_node(sb: FakeSandbox, args: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+    sb.closed = True  # the node hosting the sandbox died under the command
+    raise SandboxLostError("node 1234abcd lost during exec: ActorDiedError")
+
+
+async def test_a_lost_node_is_infra_without_an_experiment() -> None:
+    # regression (issue 14): a lost node went through the experiment, whose replay on this
+    # host "reproduced" the death (the fake loses the pristine fork's node too): the model
+    # was billed (sandbox_wrecked); a lost node is certain infra, re-run, never the model's
+    backend = FakeBackend(handlers={"lose": _lose_node}, files={"/app/.keep": b""})
+    t, calls = await _run("```bash\nlose\n```\n", backend=backend)
+    assert t.outcome is not None
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE, Reason.SANDBOX_DIED)
+    assert t.outcome.evidence["node_lost"] is True
+    assert "experiment" not in t.outcome.evidence and calls == 0

@@ -43,13 +43,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cold-samples", type=int, default=3, help="cold builds measured")
     parser.add_argument("--concurrent", type=int, default=64, help="sandboxes started at once")
     parser.add_argument("--run-dir", type=Path, default=None, help="backend run directory")
+    parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                        help="compare start/fork/exec through the Ray backend with local, side "
+                        "by side (ADDRESS: a running cluster; alone: one is started here for "
+                        "the run); see rollbank.bench.sandbox_ray")
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    result = asyncio.run(_bench(args))
+    if args.ray is not None:
+        from rollbank.bench.sandbox_ray import run_ray
+
+        result = run_ray(args)
+    else:
+        result = asyncio.run(_bench(args))
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -75,6 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--plot", default="", help="with --what-if: write the sweep plot (PNG) here")
     a("--what-if-trajectories", type=int, default=16384,
       help="with --what-if: trajectories per arm at each sweep point")
+    a("--decision-cost", type=int, default=0, metavar="N",
+      help="time the scheduler per decision with N attempts in flight (see "
+      "rollbank.bench.schedule_decision; --groups, --group-size apply)")
+    a("--decisions", type=int, default=20000, help="with --decision-cost: decisions timed")
 
 
 def _workload(args: argparse.Namespace, seed: int) -> TraceWorkload:
@@ -177,6 +181,10 @@ def model_description(args: argparse.Namespace) -> dict[str, Any]:
 def _main(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.collector import task_sequence
 
+    if args.decision_cost:
+        from rollbank.bench.schedule_decision import decision_cost
+
+        return decision_cost(args)
     if args.trajectories:
         from rollbank.bench.schedule_scale import scale_main
 

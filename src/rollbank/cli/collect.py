@@ -24,6 +24,7 @@ ALIASES = {
     "--batches": "scheduler.num_batches",
     "--out": "output",
     "--prometheus-port": "metrics.prometheus_port",
+    "--ray": "sandbox.ray.address",
 }
 
 

@@ -251,6 +251,10 @@ def attribute(
         ev["hint_destructive"] = [h[:200] for h in hints[-3:]]
     if experiment is not None:
         ev["experiment"] = experiment.to_dict()
+    if end is LoopEnd.SANDBOX_DIED and ev.get("node_lost"):
+        return EpisodeOutcome.of(Reason.SANDBOX_DIED, attribution=(
+            "the node hosting the sandbox was lost (its host actor died): not the model's doing"),
+            **ev)
     if end is LoopEnd.SANDBOX_DIED:
         reason, why = death_reason(usage, experiment)
         return EpisodeOutcome.of(reason, attribution=why, **ev)

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from rollbank.config import Section
 from rollbank.sandbox.local.config import LocalSandboxConfig
+from rollbank.sandbox.ray.config import RaySandboxConfig
 from rollbank.tasks.config import BuilderConfig
 
 
@@ -64,6 +65,12 @@ class SandboxSection(Section):
     )
     local: LocalSandboxConfig = Field(
         default_factory=LocalSandboxConfig, description="local backend settings"
+    )
+    ray: RaySandboxConfig = Field(
+        default_factory=RaySandboxConfig,
+        description="Ray backend settings: with ray.address set, sandboxes run on the Ray "
+        "cluster's CPU nodes (each node applies the local settings) and the scheduler's "
+        "sandbox slots follow the cluster's",
     )
     builder: BuilderConfig = Field(
         default_factory=lambda: BuilderConfig.model_validate({}), description="environment builder settings"

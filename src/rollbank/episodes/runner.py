@@ -63,6 +63,7 @@ from rollbank.errors import (
     BuildError,
     InferenceError,
     SandboxError,
+    SandboxLostError,
 )
 from rollbank.inference.protocol import GenerateRequest, InferenceClient, Tokenizer
 from rollbank.routing import Router, RouteRequest
@@ -253,7 +254,8 @@ class EpisodeRunner:
                 try:
                     results = await executor.run(action.commands)
                 except SandboxError as exc:
-                    return LoopEnd.SANDBOX_DIED, {"turn": turn, "error": f"{type(exc).__name__}: {exc}"}
+                    return LoopEnd.SANDBOX_DIED, {"turn": turn, "error": f"{type(exc).__name__}: {exc}",
+                                                  **_lost(exc)}
                 finally:
                     ty = self.clock.now()
                     add_span(traj, Span("exec", tx, ty, traj.trajectory_id, sandbox=sandbox.sandbox_id))
@@ -303,7 +305,10 @@ class EpisodeRunner:
             verdict, died = await self._verify(sandbox, task, traj, ctx)
             if died is not None:
                 end, evidence = LoopEnd.SANDBOX_DIED, {**evidence, "verifier_error": died}
-        if needs_experiment(end, verdict):
+                if died.startswith(SandboxLostError.__name__):
+                    evidence["node_lost"] = True
+        # a lost node (its host died) is certain infra: no experiment needed (attribute())
+        if needs_experiment(end, verdict) and not evidence.get("node_lost"):
             # the failure surfaced during verification: the replayed fork is verified too
             spec = replace(self._replay_spec(task, traj), then_verify=verdict is not None)
             async with ctx.verifier_slot():  # a re-verify is verifier work
@@ -345,6 +350,11 @@ class EpisodeRunner:
         traj.verify_s = t1 - t0
         add_span(traj, Span("verify", t0, t1, traj.trajectory_id, sandbox=sandbox.sandbox_id))
         return replace(verdict, duration_s=t1 - t0), died
+
+
+def _lost(exc: SandboxError) -> dict[str, Any]:
+    """Evidence that the node hosting the sandbox was lost (a cluster backend)."""
+    return {"node_lost": True} if isinstance(exc, SandboxLostError) else {}
 
 
 def _usage(sandbox: Sandbox) -> SandboxUsage | None:

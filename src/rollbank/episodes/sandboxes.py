@@ -31,6 +31,7 @@ from rollbank.episodes.outcome import Reason
 from rollbank.episodes.sources import Acquired, SandboxPlane
 from rollbank.sandbox.protocol import (
     DEFAULT_OUTPUT_LIMIT,
+    CapacityFeed,
     ExecResult,
     Limits,
     Sandbox,
@@ -223,23 +224,34 @@ class _CleanupSandbox:
 async def open_sandboxes(
     cfg: SandboxSection, tasks: Sequence[Task], *, prepare: Sequence[Task] | None = None
 ) -> AsyncIterator[SandboxPlane]:
-    """Open the local backend and the source the config asks for (warm pool or cold).
+    """Open the backend (local, or the Ray cluster ``cfg.ray.address`` names) and the source
+    the config asks for (warm pool or cold).
 
-    Warm: the ``prepare`` tasks (default: all) are built and snapshotted before this yields;
-    any other task is built and snapshotted on its first episode.
+    Warm: the ``prepare`` tasks (default: all) are built and snapshotted before this yields
+    (on every sandbox node with Ray); any other task is built and snapshotted on its first
+    episode. With Ray the plane carries the cluster's live slots (``SandboxPlane.capacity``).
     """
-    from rollbank.sandbox.local.backend import LocalBackend
     from rollbank.sandbox.pool import WarmPool
 
     network = cfg.local.allow_network
     async with contextlib.AsyncExitStack() as stack:
-        backend = LocalBackend(cfg.local)
-        stack.push_async_callback(backend.aclose)
+        backend: SandboxBackend
+        capacity: CapacityFeed | None = None
+        if cfg.ray.address is not None:
+            from rollbank.sandbox.ray.backend import RaySandboxBackend
+
+            backend = capacity = await stack.enter_async_context(
+                RaySandboxBackend(cfg.ray, cfg.local))
+        else:
+            from rollbank.sandbox.local.backend import LocalBackend
+
+            backend = LocalBackend(cfg.local)
+            stack.push_async_callback(backend.aclose)
         if not cfg.warm:
             yield SandboxPlane(ColdSource(backend, cfg.builder, rebuild=cfg.cold_rebuild,
-                                          network=network), TaskVerifier())
+                                          network=network), TaskVerifier(), capacity)
             return
         pool = await stack.enter_async_context(WarmPool(backend))
         source = WarmSource(pool, Layers(cfg.builder, network=network).spec)
         await source.prepare(tasks if prepare is None else prepare)
-        yield SandboxPlane(source, TaskVerifier())
+        yield SandboxPlane(source, TaskVerifier(), capacity)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rollbank.episodes.attribution import VerifierVerdict
-from rollbank.sandbox.protocol import Sandbox
+from rollbank.sandbox.protocol import CapacityFeed, Sandbox
 from rollbank.tasks.model import Task
 
 
@@ -58,3 +58,4 @@ class SandboxPlane:
 
     source: SandboxSource
     verifier: Verifier
+    capacity: CapacityFeed | None = None  # a cluster's live sandbox slots (None: the config's)

@@ -15,7 +15,7 @@ Invariants every backend keeps
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -176,4 +176,17 @@ class SandboxBackend(Protocol):
 
     async def aclose(self) -> None:
         """Close every sandbox this backend started; release snapshots."""
+        ...
+
+
+class CapacityFeed(Protocol):
+    """The sandbox slots of a backend whose capacity changes (cluster nodes join and leave)."""
+
+    @property
+    def capacity(self) -> int:
+        """Sandbox slots now."""
+        ...
+
+    def watch(self) -> AsyncIterator[int]:
+        """The capacity now, then each new value as it changes (until the backend closes)."""
         ...

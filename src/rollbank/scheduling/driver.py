@@ -22,6 +22,8 @@ Invariants
   :class:`~rollbank.scheduling.ledger.LedgerError` out of the iteration.
 - Results travel through a bounded queue (two places per sandbox slot: one for each running
   attempt, one for a result that arrived just as its attempt was aborted).
+- With a capacity feed (a cluster backend), the sandbox slots follow it: each change is an
+  input event to the scheduler (``on_capacity``); with 0 slots the loop waits for a node.
 - An aborted attempt's sandbox slot is reused at once; the runner's own cleanup of the
   cancelled sandbox may briefly overlap the next attempt.
 """
@@ -42,6 +44,7 @@ from rollbank.clock import Clock, MonotonicClock
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import CollectionStalledError, SchedulingError
+from rollbank.sandbox.protocol import CapacityFeed
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import Event, EventSink, ListSink
 from rollbank.scheduling.scheduler import Scheduler
@@ -89,6 +92,7 @@ class CollectionDriver:
 
     ``task_ids`` is the task sequence: group ``seq`` runs ``task_ids[seq % len(task_ids)]``.
     ``sink`` receives every lifecycle event (see :mod:`rollbank.scheduling.events`).
+    ``capacity``, if given, replaces ``config.sandbox_slots`` by the backend's live slots.
     After the iteration ends, :attr:`scheduler` holds the closed ledger
     (``scheduler.bank.ledger``) and :attr:`batches_out` the batches acknowledged.
     A batch is acknowledged when the consumer asks for the next one, or earlier with
@@ -105,12 +109,16 @@ class CollectionDriver:
         sink: EventSink | None = None,
         clock: Clock | None = None,
         scheduler: Scheduler | None = None,
+        capacity: CapacityFeed | None = None,
     ) -> None:
         self.config = config
         self.runner = runner
         self.clock: Clock = clock or MonotonicClock()
         self.sink: EventSink = sink or ListSink()
         self.scheduler = scheduler or Scheduler(config, task_ids, self.clock)
+        self.capacity = capacity
+        if capacity is not None:
+            self.scheduler.on_capacity(capacity.capacity)
         self.batches_out: list[Batch] = []  # acknowledged, in order
         self._emitted: dict[int, Batch] = {}  # emitted, awaiting acknowledgement
         self._tasks: dict[AttemptKey, asyncio.Task[None]] = {}
@@ -204,9 +212,13 @@ class CollectionDriver:
     async def _collect(self, out: asyncio.Queue[Batch | BaseException | None]) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
+                follow = None if self.capacity is None else tg.create_task(
+                    self._follow_capacity(self.capacity), name="rollbank-capacity")
                 try:
                     await self._loop(tg, out)
                 finally:
+                    if follow is not None:
+                        follow.cancel()
                     self._abort_all()  # settling (and returning batches) is batches()'s job
                     self._flush_events()
         except Exception as exc:  # hand the failure to the consumer, which re-raises it
@@ -233,7 +245,8 @@ class CollectionDriver:
                 await out.put(batch)
             if self.scheduler.done:
                 return
-            if not self._busy() and not self._nudged:
+            waiting_for_nodes = self.capacity is not None and self.scheduler.sandbox_slots == 0
+            if not self._busy() and not self._nudged and not waiting_for_nodes:
                 # nothing runs and the scheduler has nothing to launch: it cannot progress
                 raise CollectionStalledError(
                     "collection stalled: no attempt in flight and none launchable")
@@ -253,6 +266,12 @@ class CollectionDriver:
 
     def _after_finished(self, tg: asyncio.TaskGroup) -> None:
         """Hook after each result reached the scheduler (the gated driver scores groups)."""
+
+    async def _follow_capacity(self, feed: CapacityFeed) -> None:
+        async for slots in feed.watch():
+            self.scheduler.on_capacity(slots)
+            self._flush_events()
+            self._nudge()
 
     def _start(self, tg: asyncio.TaskGroup, spec: AttemptSpec) -> None:
         spec = replace(spec, ctx=_Context(self, spec.key))

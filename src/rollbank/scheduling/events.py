@@ -38,6 +38,7 @@ class EventKind(StrEnum):
     TASK_UNREACHABLE = "task_unreachable"  # aborted and re-queued max_requeues times: given up
     WASTE = "waste"  # an attempt settled as waste (see WasteReason)
     GATED = "gated"  # the staleness gate judged a valid attempt (scheduling/gated_bank.py)
+    CAPACITY = "capacity"  # the sandbox slots changed (cluster nodes joined or left)
 
 
 class WasteReason(StrEnum):
@@ -151,6 +152,13 @@ class TaskUnreachable(Event):
     seq: int
     requeues: int
     longest_elapsed_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityChanged(Event):
+    """The sandbox slots the scheduler launches into are now ``sandbox_slots``."""
+
+    sandbox_slots: int
 
 
 class EventSink(Protocol):

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.errors import ConfigError
+from rollbank.sandbox.protocol import CapacityFeed
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.driver import AttemptRunner, CollectionDriver
 from rollbank.scheduling.events import EventSink
@@ -47,10 +48,12 @@ class GatedCollectionDriver(CollectionDriver):
 
     def __init__(self, config: SchedulerConfig, runner: AttemptRunner, task_ids: list[str], *,
                  scorer: PolicyScorer, staleness: StalenessConfig,
-                 sink: EventSink | None = None, clock: Clock | None = None) -> None:
+                 sink: EventSink | None = None, clock: Clock | None = None,
+                 capacity: CapacityFeed | None = None) -> None:
         clock = clock or MonotonicClock()
         scheduler = GatedScheduler(config, task_ids, clock, staleness=staleness)
-        super().__init__(config, runner, task_ids, sink=sink, clock=clock, scheduler=scheduler)
+        super().__init__(config, runner, task_ids, sink=sink, clock=clock, scheduler=scheduler,
+                         capacity=capacity)
         self.scorer = scorer
         self._scoring: dict[str, asyncio.Task[None]] = {}
         self.scoring_log: list[tuple[str, str, int, float, int, int]] = []
@@ -94,14 +97,16 @@ def collection_driver(config: SchedulerConfig, runner: AttemptRunner, task_ids: 
                       staleness: StalenessConfig | None = None,
                       scorer: PolicyScorer | None = None, clients: Sequence[object] = (),
                       sink: EventSink | None = None,
-                      clock: Clock | None = None) -> CollectionDriver:
+                      clock: Clock | None = None,
+                      capacity: CapacityFeed | None = None) -> CollectionDriver:
     """The gated driver when ``staleness.collection.enabled``, else the plain one.
 
     The scorer is ``scorer`` if given, else (``collection.scorer = "engine"``) an
     :class:`EngineScorer` over those of ``clients`` that can score (vLLM clients). The
     trainer scorer needs the trainer: its caller passes a ``TrainerScorer``."""
     if staleness is None or not staleness.collection.enabled:
-        return CollectionDriver(config, runner, task_ids, sink=sink, clock=clock)
+        return CollectionDriver(config, runner, task_ids, sink=sink, clock=clock,
+                                capacity=capacity)
     if scorer is None:
         field = "staleness.collection.scorer"
         if staleness.collection.scorer != "engine":
@@ -113,4 +118,4 @@ def collection_driver(config: SchedulerConfig, runner: AttemptRunner, task_ids: 
                               "(vLLM); none of the inference clients can", field=field)
         scorer = EngineScorer(able, version_retries=staleness.collection.version_retries)
     return GatedCollectionDriver(config, runner, task_ids, scorer=scorer, staleness=staleness,
-                                 sink=sink, clock=clock)
+                                 sink=sink, clock=clock, capacity=capacity)

@@ -1,7 +1,9 @@
 """The scheduler: a pure state machine deciding launches, aborts and batch emission.
 
-It owns admission into the pool of groups, the three capacities (sandbox slots; inference
-slots per server, :mod:`.inference_slots`; verifier slots, :mod:`.verifier_slots`), sibling priority, the straggler policy and batch assembly. It does no I/O:
+It owns admission into the pool of groups, the three capacities (sandbox slots, which may
+follow a cluster's nodes, :mod:`.sandbox_slots`; inference slots per server,
+:mod:`.inference_slots`; verifier slots, :mod:`.verifier_slots`), sibling priority, the
+straggler policy and batch assembly. It does no I/O:
 the driver reports events (:meth:`Scheduler.on_finished`, ...) and applies the decisions
 returned by :meth:`Scheduler.poll` (:class:`Launch`, :class:`Abort`, :class:`EmitBatch`).
 
@@ -32,7 +34,8 @@ Policy (``optimized`` mode)
 - ``naive`` mode: see :class:`~rollbank.scheduling.types.SchedulingMode`.
 
 Invariants
-- Running attempts never exceed ``sandbox_slots``; granted inference slots never exceed
+- An attempt launches only while fewer than ``sandbox_slots`` run (a capacity drop aborts
+  nothing: running attempts finish); granted inference slots never exceed
   ``inference_slots_per_server`` on any server.
 - Every launched attempt is in the ready bank's ledger exactly once (see ready_bank).
 """
@@ -64,6 +67,7 @@ from rollbank.scheduling.inference_slots import InferenceSlots
 from rollbank.scheduling.ledger import AttemptState
 from rollbank.scheduling.profile import selection_profile
 from rollbank.scheduling.ready_bank import GroupStatus, ReadyBank, Retry
+from rollbank.scheduling.sandbox_slots import SandboxSlots
 from rollbank.scheduling.types import (
     Abort,
     AttemptKey,
@@ -82,7 +86,7 @@ def attempt_seed(base: int, seq: int, slot: int) -> int:
     return (base * 1_000_003 + seq * 1_009 + slot) % (2**31 - 1)
 
 
-class Scheduler(InferenceSlots, VerifierSlots):
+class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
     """Launch policy for one collection (see the module docstring); owns its ready bank."""
 
     def __init__(
@@ -280,7 +284,7 @@ class Scheduler(InferenceSlots, VerifierSlots):
                 and (self.inference_contended() or self.verifier_contended()))
         extras = self._extra_groups() if hold else set()
         self._holding = False
-        while self._queue and len(self._running) < self.config.sandbox_slots:
+        while self._queue and len(self._running) < self.sandbox_slots:
             key, task_id = heapq.heappop(self._queue)
             if self.bank.status(key.group_id) is not GroupStatus.OPEN:
                 continue  # its group was aborted while it waited
