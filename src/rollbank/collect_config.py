@@ -23,7 +23,7 @@ from rollbank.episodes.harnesses import (
 )
 from rollbank.episodes.workload import WorkloadConfig
 from rollbank.inference.config import ServerConfig
-from rollbank.routing import RouterConfig
+from rollbank.routing.config import RouterConfig
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.staleness.config import StalenessConfig
 

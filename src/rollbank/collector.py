@@ -60,7 +60,7 @@ from rollbank.metrics.progress import (
 )
 from rollbank.metrics.summary import BatchSummary, summarize_batch
 from rollbank.resume import ResumePlan, write_record
-from rollbank.routing import router_from_config
+from rollbank.routing.factory import router_from_config
 from rollbank.routing.router import Router
 from rollbank.scheduling.driver import CollectionDriver
 from rollbank.scheduling.events import EventSink, FanoutSink

@@ -39,7 +39,7 @@ from rollbank.episodes.sources import Acquired, Verifier
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
-from rollbank.routing import make_router
+from rollbank.routing.factory import make_router
 from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.sandbox import LocalSandbox

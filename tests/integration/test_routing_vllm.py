@@ -30,7 +30,8 @@ from rollbank.inference.config import ServerConfig
 from rollbank.inference.models import load_tokenizer
 from rollbank.inference.protocol import GenerateRequest, InferenceClient, SamplingParams
 from rollbank.inference.server import ManagedServers
-from rollbank.routing import CacheAwareRouter, make_router
+from rollbank.routing.cache_aware import CacheAwareRouter
+from rollbank.routing.factory import make_router
 
 pytestmark = [
     pytest.mark.integration,

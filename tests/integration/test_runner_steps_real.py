@@ -27,7 +27,7 @@ from rollbank.episodes.sandboxes import Layers, TaskVerifier, WarmSource
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
-from rollbank.routing import make_router
+from rollbank.routing.factory import make_router
 from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.pool import WarmPool
 from rollbank.scheduling.types import AttemptKey, AttemptSpec

@@ -24,7 +24,7 @@ from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import TraceWorkload
 from rollbank.inference.fake import FakeInferenceServer, FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
-from rollbank.routing import make_router
+from rollbank.routing.factory import make_router
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
 from rollbank.sandbox.protocol import Sandbox, SandboxSpec

@@ -24,7 +24,7 @@ from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.errors import InputError
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
-from rollbank.routing import make_router
+from rollbank.routing.factory import make_router
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
 from rollbank.scheduling.types import AttemptKey, AttemptSpec

@@ -6,15 +6,11 @@ import pytest
 
 from rollbank.clock import FakeClock
 from rollbank.errors import ConfigError
-from rollbank.routing import (
-    BlockIndex,
-    CacheAwareRouter,
-    RouteRequest,
-    RouterPolicy,
-    StickyRouter,
-    block_hashes,
-    make_router,
-)
+from rollbank.routing.blocks import BlockIndex, block_hashes
+from rollbank.routing.cache_aware import CacheAwareRouter
+from rollbank.routing.factory import make_router
+from rollbank.routing.policies import StickyRouter
+from rollbank.routing.router import RouteRequest, RouterPolicy
 
 SERVERS = ("a", "b", "c")
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rollbank.clock import FakeClock
-from rollbank.routing import CacheAwareRouter, RouteReason, RouteRequest, make_router
+from rollbank.routing.cache_aware import CacheAwareRouter, RouteReason
+from rollbank.routing.factory import make_router
+from rollbank.routing.router import RouteRequest
 
 BS = 4
 

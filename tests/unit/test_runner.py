@@ -15,7 +15,7 @@ from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.spans import spans_of
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
-from rollbank.routing import make_router
+from rollbank.routing.factory import make_router
 from rollbank.sandbox.fake import FakeBackend, FakeSandbox
 from rollbank.sandbox.protocol import Sandbox
 

@@ -98,7 +98,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.inference.config import ServerConfig
     from rollbank.inference.protocol import GenerateRequest, InferenceClient, SamplingParams
     from rollbank.inference.server import ManagedServers
-    from rollbank.routing import CacheAwareRouter, RouterConfig, make_router
+    from rollbank.routing.cache_aware import CacheAwareRouter
+    from rollbank.routing.config import RouterConfig
+    from rollbank.routing.factory import make_router
 
     defaults = RouterConfig()
     if args.balance_abs is None:

@@ -48,7 +48,7 @@ import httpx
 
 from rollbank.inference.protocol import GenerateRequest, InferenceClient, SamplingParams
 from rollbank.inference.vllm_client import VLLMClient, parse_prometheus
-from rollbank.routing import Router, RouteRequest
+from rollbank.routing.router import Router, RouteRequest
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ from rollbank.errors import (
     SandboxLostError,
 )
 from rollbank.inference.protocol import GenerateRequest, InferenceClient, Tokenizer
-from rollbank.routing import Router, RouteRequest
+from rollbank.routing.router import Router, RouteRequest
 from rollbank.sandbox.protocol import Sandbox, SandboxUsage
 from rollbank.tasks.model import Task
 

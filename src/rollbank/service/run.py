@@ -43,7 +43,7 @@ from rollbank.extras import require
 from rollbank.inference.publish import WeightPublisher
 from rollbank.inference.publishing.protocol import PLAN_TO_PAUSE
 from rollbank.inference_plane import open_inference
-from rollbank.routing import router_from_config
+from rollbank.routing.factory import router_from_config
 from rollbank.service.app import build_app
 from rollbank.service.config import ServeCollectorConfig, resolve_token
 from rollbank.service.hub import CollectorHub

@@ -35,7 +35,7 @@ from rollbank.episodes.sources import SandboxPlane
 from rollbank.inference.protocol import AdmissionGate
 from rollbank.inference.publish import WeightPublisher
 from rollbank.inference_plane import InferencePlane, open_inference
-from rollbank.routing import router_from_config
+from rollbank.routing.factory import router_from_config
 from rollbank.scheduling.events import EventSink
 from rollbank.tasks.model import Task
 from rollbank.training.config import TrainerConfig
