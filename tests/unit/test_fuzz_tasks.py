@@ -271,6 +271,7 @@ IMAGE_PIECES = st.sampled_from(["debian", "docker.io/library/", "ghcr.io/", "org
 @given(st.lists(IMAGE_PIECES, max_size=8).map("".join) | st.text(max_size=40))
 @example("debian\n:latest")  # was: accepted, repository 'debian\n' ($ matches before a newline)
 @example("debian:latest\n@sha256:" + "a" * 64)  # was: accepted, tag 'latest\n'
+@example("debian\ndocker.io/library/debian")  # was: accepted (host 'debian\ndocker.io')
 def test_image_refs_parse_clean_or_raise(image: str) -> None:
     try:
         ref = imageref.parse(image, file="Dockerfile", line=1)

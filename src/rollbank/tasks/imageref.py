@@ -47,6 +47,9 @@ class ImageRef:
 def parse(image: str, *, file: Path | str | None = None, line: int | None = None) -> ImageRef:
     """Parse ``image``; a malformed reference is a :class:`BuildError` naming ``file``:``line``."""
     text = image.strip()
+    if any(c.isspace() for c in text):  # a registry host is checked apart from the path
+        raise BuildError(f"malformed image reference {image!r} (whitespace inside)",
+                         file=file, line=line, field="FROM")
     ref, _, digest = text.partition("@")
     if digest and not _DIGEST.fullmatch(digest):
         raise BuildError(f"malformed image digest {digest!r} (expected sha256:<64 hex>)",
