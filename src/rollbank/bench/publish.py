@@ -5,7 +5,9 @@ process) and in-flight plan, publish ``--publications`` new weight versions of t
 while ``--load`` generation loops keep the engine busy, and report p50/p95 of the publication
 latency (new weights ready -> engine serving them), the apply pause (generation stopped) and
 the tokens the engine generated during each publication. Full-model updates send every
-tensor (no compaction); LoRA updates are new random adapters of rank 8.
+tensor (no compaction); LoRA updates are new random adapters of rank 8. Variants
+(``direct-unstaged``, ``direct-salted``, ``checkpoint-salted``) run in the same session so a
+before/after comparison shares the machine's load; each record's ``steps_s`` splits the pause.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ PATTERN_PLANS: dict[str, tuple[str, ...]] = {
     "direct": ("pause", "finish"),
     "lora": ("finish", "abort"),
     "colocated": ("pause", "abort"),
+    # variants, for before/after comparisons in one run:
+    # direct-unstaged: the earlier order (start + load from /dev/shm + finish all in the pause)
+    "direct-unstaged": ("pause",),
+    # *-salted: requests carry cache_salt = their weight version and the pause plan skips the
+    # prefix-cache reset (a new version never hits an older version's blocks)
+    "direct-salted": ("pause",),
+    "checkpoint-salted": ("pause",),
 }
 
 
@@ -142,16 +151,19 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                     continue
                 plan_t = cast("InflightPlan", plan)
                 pub: Any
-                if pattern == "checkpoint":
+                salted = pattern.endswith("-salted")
+                client.salt_by_version = salted
+                if pattern.startswith("checkpoint"):
                     pub = CheckpointPublisher([client], model_dir, root=workdir / "ckpt", plan=plan_t,
                                               version=version)
-                elif pattern == "direct":
+                elif pattern.startswith("direct"):
                     served.commit(base)
                     pub = DirectPublisher([client], served, plan=plan_t, compact=False,
-                                          version=version)
+                                          version=version, stage=pattern != "direct-unstaged")
                 else:
                     pub = LoraPublisher([client], plan=plan_t, version=version, max_rank=8,
                                         prefix=f"bench-{plan}")
+                pub.fleet.keep_kv = salted
                 stop.clear()
                 loops = [asyncio.create_task(load_loop(i)) for i in range(args.load)]
                 records = []
@@ -185,7 +197,8 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                     await asyncio.gather(*loops, return_exceptions=True)
                     await pub.aclose()
                 lora_name[0] = None
-                results[f"{pattern}/{plan}"] = {"pattern": pattern, "plan": plan,
+                client.salt_by_version = False
+                results[f"{pattern}/{plan}"] = {"pattern": pattern, "plan": plan, "cache_salt": salted,
                                                 "update": "lora" if pattern == "lora" else "full",
                                                 **summarize(records), "records": records}
         # leave the base weights (the server stops anyway)

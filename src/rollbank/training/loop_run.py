@@ -47,6 +47,7 @@ from rollbank.training.loop import (
 )
 from rollbank.training.loop_config import TrainConfig
 from rollbank.training.loop_metrics import JsonlRecorder
+from rollbank.training.loop_publish import pattern_publisher
 
 PublisherFactory = Callable[[InferencePlane, AdmissionGate], Publisher]
 
@@ -87,6 +88,8 @@ class BuiltinTrainer:
 
 
 def checkpoint_publisher(config: TrainConfig) -> PublisherFactory:
+    """The minimal checkpoint path (``WeightPublisher``, no validation/rollback); the loop's
+    default is :func:`~rollbank.training.loop_publish.pattern_publisher`."""
     def make(plane: InferencePlane, gate: AdmissionGate) -> Publisher:
         return CheckpointPublisher(WeightPublisher(list(plane.clients.values()), gate=gate,
                                                    pause_mode=config.loop.pause_mode))
@@ -113,7 +116,7 @@ async def train_with(
     dump_resolved(config, out_dir, "train.resolved.json")
     servers = list(inference.clients)
     gate = AdmissionGate()
-    publisher = (make_publisher or checkpoint_publisher(config))(inference, gate)
+    publisher = await asyncio.to_thread(make_publisher or pattern_publisher(config), inference, gate)
     for c in inference.clients.values():  # every client waits on the loop's gate
         c.set_admission(gate)
     router = router_from_config(config.collect.router, servers, clock)
@@ -151,6 +154,9 @@ async def train_with(
             await loop.finish()
         finally:
             await loop.aclose()
+            close = getattr(publisher, "aclose", None)
+            if close is not None:  # e.g. the direct pattern's /dev/shm buffers
+                await close()
     summary = {**loop.summary(), "setup_s": setup_s, "collection_s": result.collection_s,
                "ledger": result.ledger}
     (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
