@@ -185,11 +185,13 @@ async def test_direct_safe_order_compact_and_versions(tmp_path: Path) -> None:
     calls = [c.split(":")[0] for c in log]
     # staged while generating: the session opened and the buffer copied before the pause;
     # inside the pause only the apply (load + finalize) and the version label
-    assert len(calls) == 16 and calls[:2] == ["init", "init"]
+    assert len(calls) == 18 and calls[:2] == ["init", "init"]
     assert sorted(calls[2:6]) == sorted(["start", "update-stage"] * 2)
     assert calls[6:8] == ["pause-keep", "pause-keep"]
-    assert sorted(calls[8:12]) == sorted(["update-apply", "finish"] * 2)
-    assert calls[-4:] == ["reset-running", "reset-running", "resume", "resume"]  # frozen: recompute
+    assert sorted(calls[8:12]) == sorted(["update-apply", "label"] * 2)
+    assert calls[12:16] == ["reset-running", "reset-running", "resume", "resume"]  # frozen: recompute
+    assert calls[16:] == ["finish", "finish"]  # the sessions end after the resume
+    assert not any(e.session for e in engines)
     # k changed: the whole fused q/k/v parameter is sent, nothing else
     assert rec.tensors == 3 and rec.ok and rec.serving == {"s0": 3, "s1": 3}
     for e in engines:
@@ -266,7 +268,7 @@ async def test_record_measures_publication_apart_from_pause(tmp_path: Path) -> N
     ready = clock.now()
     clock.advance(1.0)  # trainer step done 1 s before publish() is called
     rec = await pub.publish(WeightUpdate(tensors=base_weights()), version=1, ready_at=ready)
-    # init, start, stage happen before pausing; then pause, apply, finish, reset, resume
+    # init, start, stage happen before pausing; then pause, apply, label, reset, resume
     assert rec.apply_pause_s == pytest.approx(0.05)
     assert rec.publication_s == pytest.approx(1.0 + 0.03 + 0.05)
     assert rec.tensors == 5 and rec.to_dict()["apply_pause_s"] == rec.apply_pause_s

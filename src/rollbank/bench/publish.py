@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-tokens", type=int, default=64, help="tokens per load request")
     a("--model", default="tiny", help="model of the engines ('tiny', 'gemma-3-270m')")
     a("--out", type=Path, default=None, help="also write the JSON here")
+    a("--server-logs", type=Path, default=None,
+      help="keep the managed server's log here (rollbank_shm logs its worker-side apply times)")
 
 
 def _dtype(model: str) -> str | None:
@@ -123,7 +125,8 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
 
     model_dir = ensure_model(args.model)
     cfg = ServerConfig(model=args.model, dtype=_dtype(args.model), enable_lora=True, kv_cache_gib=1,
-                       weight_transfer_backend="rollbank_shm", run_dir=workdir / "servers")
+                       weight_transfer_backend="rollbank_shm",
+                       run_dir=args.server_logs or workdir / "servers")
     results: dict[str, Any] = {}
     async with ManagedServers(cfg) as ms:
         client = ms.clients[0]

@@ -51,6 +51,8 @@ class WeightSyncClient(FleetClient, Protocol):
 
     async def finish_weight_update(self, *, version: int | None) -> None: ...
 
+    async def set_weight_version(self, version: int) -> None: ...
+
 
 class DirectPublisher:
     """Pushes state dicts to running servers through the weight-sync routes."""
@@ -116,8 +118,10 @@ class DirectPublisher:
     def _step(self, path: Path, layout: ShmLayout, version: int, steps: dict[str, float],
               *, staged: bool) -> Step:
         """The apply step on one server (inside the pause). ``staged``: the session is open
-        and the buffer copied: load it, finalize, name the version (two routes). Otherwise
-        (rollback, or ``stage=False``): start, load from the file, finish (three routes)."""
+        and the buffer copied: load it + finalize (a worker round trip), name the version
+        (``/update_weight_version``: engine core only); the session is closed after the resume.
+        Otherwise (rollback, or ``stage=False``): start, load from the file, finish naming the
+        version (three worker round trips)."""
         by_url = {c.base_url: c for c in self.clients}
 
         async def step(fc: FleetClient) -> None:
@@ -135,8 +139,12 @@ class DirectPublisher:
                     await c.finish_weight_update(version=None)
                 raise
             t = self._lap(steps, "update_route_s", t)
-            await c.finish_weight_update(version=version)
-            self._lap(steps, "finish_route_s", t)
+            if staged:  # the weights are final already; the session's end waits for the resume
+                await c.set_weight_version(version)
+                self._lap(steps, "label_route_s", t)
+            else:
+                await c.finish_weight_update(version=version)
+                self._lap(steps, "finish_route_s", t)
 
         return step
 
@@ -191,6 +199,10 @@ class DirectPublisher:
         except PublicationError:
             await self._close_sessions()  # e.g. the pause failed after staging: nothing applied
             raise
+        if self.stage:  # generation runs again: end the update sessions (names nothing)
+            t3 = self.clock.now()
+            await self._close_sessions()
+            record.steps_s["close_s"] = self.clock.now() - t3
         self.served.commit(send)
         self._version = version
         self.records.append(record)
