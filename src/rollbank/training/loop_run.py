@@ -33,18 +33,12 @@ from rollbank.collector import (
 from rollbank.config import dump_resolved
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.inference.protocol import AdmissionGate
-from rollbank.inference.publish import WeightPublisher
 from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.routing import router_from_config
 from rollbank.scheduling.events import EventSink
 from rollbank.tasks.model import Task
 from rollbank.training.config import TrainerConfig
-from rollbank.training.loop import (
-    CheckpointPublisher,
-    Publisher,
-    StepTrainer,
-    TrainingLoop,
-)
+from rollbank.training.loop import Publisher, StepTrainer, TrainingLoop
 from rollbank.training.loop_config import TrainConfig
 from rollbank.training.loop_metrics import JsonlRecorder
 from rollbank.training.loop_publish import pattern_publisher
@@ -85,15 +79,6 @@ class BuiltinTrainer:
         else:
             state = causal_lm(model).state_dict()
         return {k: v.detach().clone() for k, v in state.items()}
-
-
-def checkpoint_publisher(config: TrainConfig) -> PublisherFactory:
-    """The minimal checkpoint path (``WeightPublisher``, no validation/rollback); the loop's
-    default is :func:`~rollbank.training.loop_publish.pattern_publisher`."""
-    def make(plane: InferencePlane, gate: AdmissionGate) -> Publisher:
-        return CheckpointPublisher(WeightPublisher(list(plane.clients.values()), gate=gate,
-                                                   pause_mode=config.loop.pause_mode))
-    return make
 
 
 async def train_with(
