@@ -151,8 +151,9 @@ def _engine_class() -> type[Any]:
             buf = staged[2] if staged is not None and source == "staged" else \
                 map_file(path, layout.nbytes, writable=False)
             with torch.no_grad():
-                self._open()
-                self.model.load_weights(views(buf, layout))
+                if layout.names:  # nothing changed: leave the layers where they are
+                    self._open()
+                    self.model.load_weights(views(buf, layout))
                 t1 = time.perf_counter()
                 if phase == "apply":
                     self._close()
