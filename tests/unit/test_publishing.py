@@ -52,6 +52,8 @@ class FakeEngine:
         self._pending: dict[str, Any] = {}
         self.bad_paths: set[str] = set()
         self.path = ""
+        self.session = False
+        self.staged: dict[str, Any] = {}
 
     def _call(self, what: str) -> None:
         if self.dead:
@@ -89,25 +91,42 @@ class FakeEngine:
         self._call("init")
 
     async def start_weight_update(self) -> None:
-        assert self.paused
+        # like rollbank_shm: starting a session touches no weight (allowed while generating)
+        assert not self.session, "start_weight_update called while a weight update is already active"
         self._call("start")
+        self.session = True
         self._pending = {}
 
     async def update_weights(self, update_info: Mapping[str, Any]) -> None:
-        self._call("update")
+        phase = update_info.get("extra", {}).get("phase", "load")
+        self._call(f"update-{phase}")
+        assert self.session
         layout = ShmLayout(update_info["names"], update_info["dtype_names"], update_info["shapes"],
                            update_info["offsets"], update_info["nbytes"])
         buf = map_file(Path(update_info["path"]), layout.nbytes, writable=False)
         got = {n: t.clone() for n, t in views(buf, layout)}
+        if phase == "stage":
+            self.staged = got
+            return
+        assert self.paused  # the weights change only while generation is stopped
         if self.fail_update:
             self.weights.update(dict(list(got.items())[:1]))  # half applied, then the engine dies
             self.dead = True
+            self.session = False
             raise EngineDeadError("engine core died", server=self._url)
-        self._pending = got
+        if phase == "apply":
+            self.weights.update(self.staged)
+            self.staged = {}
+        else:
+            self._pending = got
 
     async def finish_weight_update(self, *, version: int | None) -> None:
         self._call("finish")
+        if not self.session:
+            raise EngineDeadError("finish_weight_update called without a matching start", server=self._url)
+        self.session = False
         self.weights.update(self._pending)
+        self._pending = {}
         if version is not None:
             self.version = version
 
@@ -164,9 +183,15 @@ async def test_direct_safe_order_compact_and_versions(tmp_path: Path) -> None:
     new["model.layers.0.self_attn.k_proj.weight"] = new["model.layers.0.self_attn.k_proj.weight"] + 1
     rec = await pub.publish(WeightUpdate(tensors=new), version=3)
     calls = [c.split(":")[0] for c in log]
-    assert len(calls) == 14 and sorted(calls[4:10]) == sorted(["start", "update", "finish"] * 2)
-    assert calls[:4] == ["init", "init", "pause-keep", "pause-keep"]
-    assert calls[-4:] == ["reset-running", "reset-running", "resume", "resume"]  # frozen: recompute
+    # staged while generating: the session opened and the buffer copied before the pause;
+    # inside the pause only the apply (load + finalize) and the version label
+    assert len(calls) == 18 and calls[:2] == ["init", "init"]
+    assert sorted(calls[2:6]) == sorted(["start", "update-stage"] * 2)
+    assert calls[6:8] == ["pause-keep", "pause-keep"]
+    assert sorted(calls[8:12]) == sorted(["update-apply", "label"] * 2)
+    assert calls[12:16] == ["reset-running", "reset-running", "resume", "resume"]  # frozen: recompute
+    assert calls[16:] == ["finish", "finish"]  # the sessions end after the resume
+    assert not any(e.session for e in engines)
     # k changed: the whole fused q/k/v parameter is sent, nothing else
     assert rec.tensors == 3 and rec.ok and rec.serving == {"s0": 3, "s1": 3}
     for e in engines:
@@ -174,6 +199,33 @@ async def test_direct_safe_order_compact_and_versions(tmp_path: Path) -> None:
         assert torch.equal(e.weights["model.layers.0.self_attn.k_proj.weight"],
                            new["model.layers.0.self_attn.k_proj.weight"])
     assert pub.version == 3 and pub.fleet.gate.is_open
+    await pub.aclose()
+
+
+async def test_direct_unstaged_order_keeps_every_route_inside_the_pause(tmp_path: Path) -> None:
+    engines, log, pub = fleet_of(1, tmp_path, plan="finish", stage=False)
+    new = {n: t + 1 for n, t in base_weights().items()}
+    rec = await pub.publish(WeightUpdate(tensors=new), version=1)
+    calls = [c.split(":")[0] for c in log]
+    assert calls == ["init", "pause-wait", "finish", "start", "update-load", "finish", "reset", "resume"]
+    assert rec.ok and set(rec.steps_s) >= {"start_route_s", "update_route_s", "finish_route_s"}
+    assert all(torch.equal(engines[0].weights[n], new[n]) for n in new) and engines[0].version == 1
+    await pub.aclose()
+
+
+async def test_direct_failed_pause_after_staging_closes_the_sessions(tmp_path: Path) -> None:
+    engines, _, pub = fleet_of(2, tmp_path)
+    base = base_weights()
+
+    async def refuse(mode: PauseMode = "wait", *, clear_cache: bool = True) -> None:
+        raise EngineDeadError("pause refused", server="s1")
+
+    engines[1].pause = refuse  # type: ignore[method-assign]
+    with pytest.raises(PublicationError):
+        await pub.publish(WeightUpdate(tensors={n: t + 1 for n, t in base.items()}), version=1)
+    for e in engines:  # nothing applied, no session left open: the next publication may start
+        assert not e.session and e.version == 0
+        assert all(torch.equal(e.weights[n], base[n]) for n in base)
     await pub.aclose()
 
 
@@ -216,9 +268,9 @@ async def test_record_measures_publication_apart_from_pause(tmp_path: Path) -> N
     ready = clock.now()
     clock.advance(1.0)  # trainer step done 1 s before publish() is called
     rec = await pub.publish(WeightUpdate(tensors=base_weights()), version=1, ready_at=ready)
-    # 1 init call happens before pausing; then pause, start, update, finish, reset, resume
-    assert rec.apply_pause_s == pytest.approx(0.06)
-    assert rec.publication_s == pytest.approx(1.0 + 0.01 + 0.06)
+    # init, start, stage happen before pausing; then pause, apply, label, reset, resume
+    assert rec.apply_pause_s == pytest.approx(0.05)
+    assert rec.publication_s == pytest.approx(1.0 + 0.03 + 0.05)
     assert rec.tensors == 5 and rec.to_dict()["apply_pause_s"] == rec.apply_pause_s
     await pub.aclose()
 

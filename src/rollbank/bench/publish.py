@@ -5,7 +5,9 @@ process) and in-flight plan, publish ``--publications`` new weight versions of t
 while ``--load`` generation loops keep the engine busy, and report p50/p95 of the publication
 latency (new weights ready -> engine serving them), the apply pause (generation stopped) and
 the tokens the engine generated during each publication. Full-model updates send every
-tensor (no compaction); LoRA updates are new random adapters of rank 8.
+tensor (no compaction); LoRA updates are new random adapters of rank 8. Variants
+(``direct-unstaged``, ``direct-salted``, ``checkpoint-salted``) run in the same session so a
+before/after comparison shares the machine's load; each record's ``steps_s`` splits the pause.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ PATTERN_PLANS: dict[str, tuple[str, ...]] = {
     "direct": ("pause", "finish"),
     "lora": ("finish", "abort"),
     "colocated": ("pause", "abort"),
+    # variants, for before/after comparisons in one run:
+    # direct-unstaged: the earlier order (start + load from /dev/shm + finish all in the pause)
+    "direct-unstaged": ("pause",),
+    # *-salted: requests carry cache_salt = their weight version and the pause plan skips the
+    # prefix-cache reset (a new version never hits an older version's blocks)
+    "direct-salted": ("pause",),
+    "checkpoint-salted": ("pause",),
 }
 
 
@@ -41,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-tokens", type=int, default=64, help="tokens per load request")
     a("--model", default="tiny", help="model of the engines ('tiny', 'gemma-3-270m')")
     a("--out", type=Path, default=None, help="also write the JSON here")
+    a("--server-logs", type=Path, default=None,
+      help="keep the managed server's log here (rollbank_shm logs its worker-side apply times)")
 
 
 def _dtype(model: str) -> str | None:
@@ -114,7 +125,8 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
 
     model_dir = ensure_model(args.model)
     cfg = ServerConfig(model=args.model, dtype=_dtype(args.model), enable_lora=True, kv_cache_gib=1,
-                       weight_transfer_backend="rollbank_shm", run_dir=workdir / "servers")
+                       weight_transfer_backend="rollbank_shm",
+                       run_dir=args.server_logs or workdir / "servers")
     results: dict[str, Any] = {}
     async with ManagedServers(cfg) as ms:
         client = ms.clients[0]
@@ -142,16 +154,19 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                     continue
                 plan_t = cast("InflightPlan", plan)
                 pub: Any
-                if pattern == "checkpoint":
+                salted = pattern.endswith("-salted")
+                client.salt_by_version = salted
+                if pattern.startswith("checkpoint"):
                     pub = CheckpointPublisher([client], model_dir, root=workdir / "ckpt", plan=plan_t,
                                               version=version)
-                elif pattern == "direct":
+                elif pattern.startswith("direct"):
                     served.commit(base)
                     pub = DirectPublisher([client], served, plan=plan_t, compact=False,
-                                          version=version)
+                                          version=version, stage=pattern != "direct-unstaged")
                 else:
                     pub = LoraPublisher([client], plan=plan_t, version=version, max_rank=8,
                                         prefix=f"bench-{plan}")
+                pub.fleet.keep_kv = salted
                 stop.clear()
                 loops = [asyncio.create_task(load_loop(i)) for i in range(args.load)]
                 records = []
@@ -185,7 +200,8 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                     await asyncio.gather(*loops, return_exceptions=True)
                     await pub.aclose()
                 lora_name[0] = None
-                results[f"{pattern}/{plan}"] = {"pattern": pattern, "plan": plan,
+                client.salt_by_version = False
+                results[f"{pattern}/{plan}"] = {"pattern": pattern, "plan": plan, "cache_salt": salted,
                                                 "update": "lora" if pattern == "lora" else "full",
                                                 **summarize(records), "records": records}
         # leave the base weights (the server stops anyway)

@@ -5,6 +5,8 @@ vLLM CPU server with the tiny model, terminal-lite's very easy tasks in warm loc
 the built-in trainer (full fine-tuning), sync mode, 2 steps of 2 groups x 4. Each step: the
 batch is written, the trainer steps on it, the weights are saved as ``weights/vNNNNNN`` and
 hot-loaded by every engine, which then tags the tokens it generates with the new version.
+``--publisher direct`` sends the tensors over vLLM's weight-sync routes instead (checkpoint
+written after), ``--publisher lora --finetune lora`` loads a new adapter per version.
 Writes ``train.jsonl`` (per step: reward, loss, clip fraction, policy age, versions in the
 batch, publication latency, apply pause), ``train_summary.json`` and everything
 ``rollbank collect`` writes. ``--set key=value`` overrides any dotted config key
@@ -28,6 +30,9 @@ def register(sub: Any) -> None:
     p.add_argument("--max-lag", type=int, help="async: most versions a trained batch may lag")
     p.add_argument("--inflight", choices=("finish", "abort", "pause"),
                    help="running requests at an update: drain, abort (re-run) or freeze")
+    p.add_argument("--publisher", choices=("checkpoint", "direct", "lora", "colocated"),
+                   help="weight publication pattern (lora needs --finetune lora; colocated is "
+                   "refused: it needs an in-process engine)")
     p.add_argument("--steps", type=int, help="optimizer steps (one batch each)")
     p.add_argument("--model", help="'tiny', 'gemma-3-270m' or a local HF folder (served and trained)")
     p.add_argument("--finetune", choices=("full", "lora"), help="trainer: full or LoRA")
@@ -55,6 +60,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     simple = {
         "mode": "loop.mode", "max_lag": "loop.max_lag", "inflight": "loop.inflight",
         "steps": "loop.steps", "finetune": "trainer.finetune", "tasks": "collect.tasks",
+        "publisher": "loop.publisher",
         "num_servers": "collect.inference.managed.num_servers",
         "group_size": "collect.scheduler.bank.group_size",
     }

@@ -97,9 +97,13 @@ class VLLMClient:
         scale_out: bool | None = None,
         admission: AdmissionGate | None = None,
         versions_from_engine: bool = True,
+        salt_by_version: bool = False,
     ) -> None:
         self._base_url = base_url.rstrip("/")
         self.model = model
+        # True: every generation carries cache_salt = version_salt(the version this client last
+        # installed or read); a publication may then skip the prefix-cache reset
+        self.salt_by_version = salt_by_version
         self.connect_retries = connect_retries
         self._version = policy_version
         self._inflight: set[str] = set()
@@ -254,18 +258,21 @@ class VLLMClient:
         finally:
             self._inflight.discard(rid)
 
+    def _salt(self) -> str | None:
+        return wire.version_salt(self._version) if self.salt_by_version else None
+
     async def _generate(self, request: GenerateRequest, t0: float) -> GenerateResult:
         rid = request.request_id
         headers = {"X-Request-Id": rid}
         if self._scale_out:
             resp = await self._send("POST", wire.SCALE_OUT_GENERATE, headers=headers, request_id=rid,
-                                    json=wire.scale_out_body(request, self.model))
+                                    json=wire.scale_out_body(request, self.model, cache_salt=self._salt()))
             return self._parsed(wire.SCALE_OUT_GENERATE, rid, lambda: wire.parse_scale_out(
                 request, resp.json(), server=self._base_url, current_version=self._version,
                 total_s=time.monotonic() - t0))
         before = await self.engine_version(rid) if self._versions_from_engine else self._version
         resp = await self._send("POST", wire.COMPLETIONS, headers=headers, request_id=rid,
-                                json=wire.completion_body(request, self.model))
+                                json=wire.completion_body(request, self.model, cache_salt=self._salt()))
         total = time.monotonic() - t0
         after = await self.engine_version(rid) if self._versions_from_engine else before
         if after != before:

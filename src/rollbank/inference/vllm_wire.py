@@ -115,15 +115,27 @@ def _sampling(sp: SamplingParams, *, logprobs: int) -> dict[str, Any]:
     return out
 
 
-def completion_body(req: GenerateRequest, model: str | None) -> dict[str, Any]:
+def completion_body(req: GenerateRequest, model: str | None, *, cache_salt: str | None = None
+                    ) -> dict[str, Any]:
+    """``cache_salt``: vLLM's per-request prefix-cache salt (blocks are shared only between
+    requests with the same salt); rollbank salts by weight version (:func:`version_salt`)."""
     body: dict[str, Any] = {"prompt": list(req.prompt_token_ids), "return_token_ids": True,
                             **_sampling(req.sampling, logprobs=1)}
     if req.lora or model:
         body["model"] = req.lora or model
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
     return body
 
 
-def scale_out_body(req: GenerateRequest, model: str | None) -> dict[str, Any]:
+def version_salt(version: int) -> str:
+    """The prefix-cache salt of weight ``version``: a new version never reuses KV blocks
+    computed (and hashed) under another version's salt, with or without a cache reset."""
+    return f"rollbank-weights-v{version}"
+
+
+def scale_out_body(req: GenerateRequest, model: str | None, *, cache_salt: str | None = None
+                   ) -> dict[str, Any]:
     # logprobs 0: the sampled token's log-prob only
     sampling = {**_sampling(req.sampling, logprobs=0), "detokenize": True}
     body: dict[str, Any] = {
@@ -134,6 +146,8 @@ def scale_out_body(req: GenerateRequest, model: str | None) -> dict[str, Any]:
     }
     if req.lora or model:
         body["model"] = req.lora or model
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
     return body
 
 

@@ -24,9 +24,14 @@ In-flight plan at an update (``loop.inflight``; the engine's pause mode):
   seed, retry + 1) up to ``max_retries``.
 - ``pause`` (``keep``): running requests are frozen in the engine, the weights swapped, the
   requests resumed; tokens after the resume carry the new version (a request spans two).
-  The checkpoint ``WeightPublisher`` resets the prefix cache after the reload, which vLLM
-  refuses while frozen requests hold blocks: ``pause`` is refused in async mode with it (in
-  sync mode no request runs at an update, so every plan is the same there).
+  A plain prefix-cache reset is refused by vLLM while frozen requests hold blocks (why async +
+  pause + checkpoint used to be refused). Now: with ``loop.cache_salt`` (default) every request
+  is salted with its weight version, so no new request can hit an older version's blocks and the
+  reset is skipped (frozen requests keep their pre-update KV, as the plan says); without it the
+  reset preempts the frozen requests (``reset_running_requests``), whose KV is then recomputed
+  with the new weights. In sync mode no request runs at an update: every plan is the same there.
+
+Publication patterns (``loop.publisher``): see :mod:`rollbank.training.loop_publish`.
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ from rollbank.training.config import TrainerConfig
 DEFAULT_CONFIG = "train.toml"
 LoopMode = Literal["sync", "async"]
 InflightPlan = Literal["finish", "abort", "pause"]
+PublisherPattern = Literal["checkpoint", "direct", "lora", "colocated"]
+COLOCATED_REFUSAL = (
+    "loop.publisher = 'colocated' is not supported by `rollbank train`: the colocated pattern "
+    "hands tensors to an engine inside the trainer's process (vllm.LLM), but the loop collects "
+    "through vLLM servers in their own processes (managed or external), which only the "
+    "'checkpoint', 'direct' and 'lora' patterns reach; measure it with "
+    "`rollbank bench publish --patterns colocated`"
+)
 PAUSE_MODE: dict[InflightPlan, PauseMode] = {"finish": "wait", "abort": "abort", "pause": "keep"}
 
 
@@ -64,9 +77,21 @@ class LoopSettings(Section):
         "'finish' (drain, then swap), 'abort' (abort, re-run the slot), 'pause' (freeze, swap, resume)",
     )
     steps: int = Field(default=2, ge=1, description="optimizer steps (= batches collected)")
-    publisher: Literal["checkpoint"] = Field(
-        default="checkpoint", description="weight publication pattern: 'checkpoint' = atomic "
-        "versioned safetensors directory hot-loaded by every engine",
+    publisher: PublisherPattern = Field(
+        default="checkpoint", description="weight publication pattern (training/loop_publish.py): "
+        "'checkpoint' = the saved full version directory hot-loaded by every engine; 'direct' = "
+        "the trainer's tensors over vLLM's weight-sync routes (rollbank_shm, no checkpoint on the "
+        "critical path); 'lora' = the saved adapter loaded as a new adapter per version (needs "
+        "trainer.finetune = 'lora'); 'colocated' is refused (needs an in-process engine)",
+    )
+    compact: bool = Field(
+        default=True, description="direct: send only the tensors that changed since the served "
+        "version (whole fused parameters); False: every tensor every time",
+    )
+    cache_salt: bool = Field(
+        default=True, description="every request carries vLLM's cache_salt = its weight version, so "
+        "no request reuses prefix-cache blocks of another version; the 'pause' plan then skips the "
+        "prefix-cache reset at a publication (frozen requests keep their own KV)",
     )
 
     @model_validator(mode="after")
@@ -99,13 +124,26 @@ class TrainConfig(Section):
         if inf.kind != "fake" and served is not None and served != self.trainer.model:
             raise ValueError(f"the trainer trains {self.trainer.model!r} but the engines serve "
                              f"{served!r}: they must be the same model")
-        if self.trainer.finetune == "lora" and self.loop.publisher == "checkpoint":
-            raise ValueError("the checkpoint publisher hot-loads full weights; a LoRA policy needs "
-                             "a LoRA publisher (trainer.finetune = 'full' with 'checkpoint')")
-        if (self.loop.mode, self.loop.inflight, self.loop.publisher) == ("async", "pause", "checkpoint"):
-            raise ValueError("inflight 'pause' in async mode is refused by the checkpoint publisher: vLLM "
-                             "refuses the prefix-cache reset while frozen requests hold blocks "
-                             "(use 'finish' or 'abort'; sync mode has no request in flight at an update)")
+        pattern = self.loop.publisher
+        if pattern == "colocated":
+            raise ValueError(COLOCATED_REFUSAL)
+        if self.trainer.finetune == "lora" and pattern != "lora":
+            raise ValueError(f"the {pattern} publisher installs full weights; a LoRA policy needs "
+                             "loop.publisher = 'lora' (or trainer.finetune = 'full')")
+        if self.trainer.finetune == "full" and pattern == "lora":
+            raise ValueError("loop.publisher = 'lora' publishes adapters: it needs trainer.finetune = 'lora'")
+        if pattern == "lora" and self.loop.inflight == "pause":
+            raise ValueError("the lora pattern cannot keep in-flight requests across an adapter switch "
+                             "(they would go on with the old adapter under the new version): use "
+                             "loop.inflight = 'finish' or 'abort'")
+        managed = inf.managed
+        if inf.kind == "managed" and pattern == "direct" and managed.weight_transfer_backend != "rollbank_shm":
+            raise ValueError("loop.publisher = 'direct' needs collect.inference.managed."
+                             "weight_transfer_backend = 'rollbank_shm'")
+        if inf.kind == "managed" and pattern == "lora" and (
+                not managed.enable_lora or managed.max_lora_rank < self.trainer.lora.rank):
+            raise ValueError(f"loop.publisher = 'lora' needs collect.inference.managed.enable_lora = true "
+                             f"and max_lora_rank >= trainer.lora.rank ({self.trainer.lora.rank})")
         fs = self.collect.fenced_shell
         if self.collect.harness == "fenced-shell" and fs.temperature > 0 and \
                 abs(fs.temperature - self.trainer.temperature) > 1e-9:
@@ -143,4 +181,22 @@ def load_train_config(path: Path | None = None, overrides: dict[str, Any] | None
         node[leaf] = value
     steps = data.get("loop", {}).get("steps", LoopSettings.model_fields["steps"].default)
     data.setdefault("collect", {}).setdefault("scheduler", {})["num_batches"] = steps
+    _serve_for_pattern(data)
     return validate(TrainConfig, data, source=source)
+
+
+def _serve_for_pattern(data: dict[str, Any]) -> None:
+    """Start managed servers the way the publication pattern needs them (unless set already):
+    ``direct`` -> the rollbank_shm weight-transfer backend; ``lora`` -> --enable-lora with a
+    rank the trainer's adapter fits."""
+    pattern = data.get("loop", {}).get("publisher", "checkpoint")
+    inference = data.setdefault("collect", {}).setdefault("inference", {})
+    if inference.get("kind", "managed") != "managed":
+        return
+    managed = inference.setdefault("managed", {})
+    if pattern == "direct":
+        managed.setdefault("weight_transfer_backend", "rollbank_shm")
+    elif pattern == "lora":
+        rank = data.get("trainer", {}).get("lora", {}).get("rank", 16)
+        managed.setdefault("enable_lora", True)
+        managed.setdefault("max_lora_rank", max(int(rank), 8))

@@ -33,20 +33,15 @@ from rollbank.collector import (
 from rollbank.config import dump_resolved
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.inference.protocol import AdmissionGate
-from rollbank.inference.publish import WeightPublisher
 from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.routing.factory import router_from_config
 from rollbank.scheduling.events import EventSink
 from rollbank.tasks.model import Task
 from rollbank.training.config import TrainerConfig
-from rollbank.training.loop import (
-    CheckpointPublisher,
-    Publisher,
-    StepTrainer,
-    TrainingLoop,
-)
+from rollbank.training.loop import Publisher, StepTrainer, TrainingLoop
 from rollbank.training.loop_config import TrainConfig
 from rollbank.training.loop_metrics import JsonlRecorder
+from rollbank.training.loop_publish import pattern_publisher
 
 PublisherFactory = Callable[[InferencePlane, AdmissionGate], Publisher]
 
@@ -86,13 +81,6 @@ class BuiltinTrainer:
         return {k: v.detach().clone() for k, v in state.items()}
 
 
-def checkpoint_publisher(config: TrainConfig) -> PublisherFactory:
-    def make(plane: InferencePlane, gate: AdmissionGate) -> Publisher:
-        return CheckpointPublisher(WeightPublisher(list(plane.clients.values()), gate=gate,
-                                                   pause_mode=config.loop.pause_mode))
-    return make
-
-
 async def train_with(
     config: TrainConfig,
     *,
@@ -113,7 +101,7 @@ async def train_with(
     dump_resolved(config, out_dir, "train.resolved.json")
     servers = list(inference.clients)
     gate = AdmissionGate()
-    publisher = (make_publisher or checkpoint_publisher(config))(inference, gate)
+    publisher = await asyncio.to_thread(make_publisher or pattern_publisher(config), inference, gate)
     for c in inference.clients.values():  # every client waits on the loop's gate
         c.set_admission(gate)
     router = router_from_config(config.collect.router, servers, clock)
@@ -151,6 +139,9 @@ async def train_with(
             await loop.finish()
         finally:
             await loop.aclose()
+            close = getattr(publisher, "aclose", None)
+            if close is not None:  # e.g. the direct pattern's /dev/shm buffers
+                await close()
     summary = {**loop.summary(), "setup_s": setup_s, "collection_s": result.collection_s,
                "ledger": result.ledger}
     (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")

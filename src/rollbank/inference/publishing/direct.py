@@ -4,9 +4,12 @@ Control plane: vLLM 0.32's native weight-sync routes, per server
 ``/init_weight_transfer_engine`` (once) -> ``/start_weight_update`` -> ``/update_weights`` ->
 ``/finish_weight_update {weight_version}``. Data plane: rollbank's ``rollbank_shm`` backend
 (:mod:`rollbank.inference.publishing.vllm_plugin`; servers started with
-``ServerConfig.weight_transfer_backend="rollbank_shm"``): the trainer stages the tensors in one
-``/dev/shm`` file *while generation goes on*, and each server maps it and loads from it during
-the pause. Same host only.
+``ServerConfig.weight_transfer_backend="rollbank_shm"``): the trainer writes the tensors into
+one ``/dev/shm`` file and (``stage=True``, the default) every server opens its update session
+and copies the file into its worker, all *while generation goes on*; inside the pause only the
+load from that copy + finalize (``/update_weights`` phase ``apply``) and the version label
+(``/finish_weight_update``) remain. ``stage=False`` is the earlier order (start, load from the
+file, finish, all in the pause), kept for comparison. Same host only.
 
 Compact updates (``compact=True``): only tensors that differ from what the engines serve are
 sent (whole fused parameters: q/k/v, gate/up), unless a server reports another version than
@@ -48,6 +51,8 @@ class WeightSyncClient(FleetClient, Protocol):
 
     async def finish_weight_update(self, *, version: int | None) -> None: ...
 
+    async def set_weight_version(self, version: int) -> None: ...
+
 
 class DirectPublisher:
     """Pushes state dicts to running servers through the weight-sync routes."""
@@ -63,10 +68,12 @@ class DirectPublisher:
         gate: AdmissionGate | None = None,
         clock: Clock | None = None,
         shm_dir: Path | None = None,
+        stage: bool = True,
     ) -> None:
         self.clients = list(clients)
         self.served = served
         self.compact = compact
+        self.stage = stage
         self.clock = clock or MonotonicClock()
         self.fleet = Fleet(self.clients, plan=plan, gate=gate, clock=self.clock)
         self._version = version
@@ -90,20 +97,54 @@ class DirectPublisher:
                 {"directory": str(self._buffer.path.parent)}) for c in self.clients))
             self._initialized = True
 
-    def _step(self, path: Path, layout: ShmLayout, version: int) -> Step:
-        info = {"path": str(path), **layout.to_dict()}
+    def _lap(self, steps: dict[str, float], name: str, since: float) -> float:
+        now = self.clock.now()
+        steps[name] = max(steps.get(name, 0.0), now - since)  # the slowest server's
+        return now
+
+    def _info(self, path: Path, layout: ShmLayout, phase: str) -> dict[str, Any]:
+        return {"path": str(path), **layout.to_dict(), "extra": {"phase": phase}}
+
+    async def _stage_on(self, c: WeightSyncClient, info: Mapping[str, Any]) -> None:
+        """Open the session and copy the buffer into the server (the model is untouched)."""
+        await c.start_weight_update()
+        try:
+            await c.update_weights(info)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await c.finish_weight_update(version=None)
+            raise
+
+    def _step(self, path: Path, layout: ShmLayout, version: int, steps: dict[str, float],
+              *, staged: bool) -> Step:
+        """The apply step on one server (inside the pause). ``staged``: the session is open
+        and the buffer copied: load it + finalize (a worker round trip), name the version
+        (``/update_weight_version``: engine core only); the session is closed after the resume.
+        Otherwise (rollback, or ``stage=False``): start, load from the file, finish naming the
+        version (three worker round trips)."""
         by_url = {c.base_url: c for c in self.clients}
 
         async def step(fc: FleetClient) -> None:
             c = by_url[fc.base_url]
-            await c.start_weight_update()
+            t = self.clock.now()
+            if not staged:
+                with contextlib.suppress(Exception):  # a session left open by a failed apply
+                    await c.finish_weight_update(version=None)
+                await c.start_weight_update()
+                t = self._lap(steps, "start_route_s", t)
             try:
-                await c.update_weights(info)
+                await c.update_weights(self._info(path, layout, "apply" if staged else "load"))
             except BaseException:
                 with contextlib.suppress(Exception):  # close the engine's update session
                     await c.finish_weight_update(version=None)
                 raise
-            await c.finish_weight_update(version=version)
+            t = self._lap(steps, "update_route_s", t)
+            if staged:  # the weights are final already; the session's end waits for the resume
+                await c.set_weight_version(version)
+                self._lap(steps, "label_route_s", t)
+            else:
+                await c.finish_weight_update(version=version)
+                self._lap(steps, "finish_route_s", t)
 
         return step
 
@@ -136,18 +177,41 @@ class DirectPublisher:
             self._rollback_buffer.close()
             raise PublicationError(f"staging the tensors failed: {exc}; engines keep version "
                                    f"{self._version}", serving=versions) from exc
-        steps["stage_s"] = self.clock.now() - t1
+        steps["stage_s"] = (t2 := self.clock.now()) - t1
+        if self.stage:  # every server copies the buffer while it still generates
+            info = self._info(self._buffer.path, layout, "stage")
+            results = await asyncio.gather(*(self._stage_on(c, info) for c in self.clients),
+                                           return_exceptions=True)
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:
+                await self._close_sessions()
+                raise PublicationError(f"staging on the servers failed ({failed[0]!r}); engines keep "
+                                       f"version {self._version}", serving=versions) from failed[0]
+            steps["server_stage_s"] = self.clock.now() - t2
         prev_version = self._version
-        record = await self.fleet.publish(
-            pattern="direct", version=version, previous_version=prev_version, ready_at=ready,
-            apply=self._step(self._buffer.path, layout, version),
-            rollback=self._step(self._rollback_buffer.path, rb_layout, prev_version),
-            steps=steps, tensors=len(send), nbytes=layout.nbytes,
-        )  # fmt: skip
+        try:
+            record = await self.fleet.publish(
+                pattern="direct", version=version, previous_version=prev_version, ready_at=ready,
+                apply=self._step(self._buffer.path, layout, version, steps, staged=self.stage),
+                rollback=self._step(self._rollback_buffer.path, rb_layout, prev_version, {}, staged=False),
+                steps=steps, tensors=len(send), nbytes=layout.nbytes,
+            )  # fmt: skip
+        except PublicationError:
+            await self._close_sessions()  # e.g. the pause failed after staging: nothing applied
+            raise
+        if self.stage:  # generation runs again: end the update sessions (names nothing)
+            t3 = self.clock.now()
+            await self._close_sessions()
+            record.steps_s["close_s"] = self.clock.now() - t3
         self.served.commit(send)
         self._version = version
         self.records.append(record)
         return record
+
+    async def _close_sessions(self) -> None:
+        """Close any update session left open (a no-op error where none is)."""
+        await asyncio.gather(*(c.finish_weight_update(version=None) for c in self.clients),
+                             return_exceptions=True)
 
     async def aclose(self) -> None:
         self._buffer.close()

@@ -5,7 +5,8 @@ pattern's step: reload a checkpoint, or the weight-sync routes; the step names t
 the engine) -> reset every prefix cache -> resume -> reopen admission. With the ``pause``
 plan (requests frozen in place) the reset preempts the frozen requests, whose KV is then
 recomputed with the new weights after the resume (``keep_kv=True`` keeps their old KV and
-skips the reset instead). Each step starts only
+skips the reset instead: safe for new requests only when every request carries its version's
+``cache_salt``, so none can hit a block of an older version). Each step starts only
 when the previous one finished on all servers, so no server resumes before every server
 holds the new weights.
 
@@ -115,7 +116,7 @@ class Fleet:
         nbytes: int = 0,
     ) -> PublicationRecord:
         """Pause, ``apply`` everywhere (``rollback`` everywhere on failure), reset, resume."""
-        steps = dict(steps or {})
+        steps = steps if steps is not None else {}  # the apply step may add its own timings
         mode = PLAN_TO_PAUSE[self.plan]
         self.gate.close()
         first_error: BaseException | None = None
@@ -138,6 +139,7 @@ class Fleet:
             reset_errors = await self._reset(mode)
             steps["reset_s"] = (t5 := self.clock.now()) - t4
             steps["cache_reset_failed"] = float(sum(e is not None for e in reset_errors))
+            steps["cache_reset_skipped"] = float(mode == "keep" and self.keep_kv)
             await self.all("resume", lambda c: c.resume())
             resumed_at = self.clock.now()
             steps["resume_s"] = resumed_at - t5

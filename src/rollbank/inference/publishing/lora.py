@@ -56,6 +56,7 @@ class LoraPublisher:
         gate: AdmissionGate | None = None,
         clock: Clock | None = None,
         on_published: Callable[[str, str, int], None] | None = None,
+        route: Callable[[FleetClient, str | None], None] | None = None,
     ) -> None:
         if plan == "pause":
             raise ConfigError("the lora pattern cannot keep in-flight requests across an adapter "
@@ -70,6 +71,10 @@ class LoraPublisher:
         self.loaded: list[str] = [adapter] if adapter else []
         self.reference: dict[str, tuple[tuple[int, ...], str]] | None = None
         self.on_published = on_published  # (adapter name, path, version)
+        # route(client, adapter): make the client send its requests to ``adapter`` (None: base
+        # weights); called in the paused step that names the version, so no request sent after
+        # the resume reaches the old adapter under the new version
+        self.route = route
         self.records: list[PublicationRecord] = []
 
     @property
@@ -100,11 +105,13 @@ class LoraPublisher:
             validate(((n, s) for n, (s, _) in meta.items()), self.reference, serving=self._serving())
         return meta
 
-    def _label(self, version: int) -> Step:
+    def _label(self, version: int, adapter: str | None) -> Step:
         by_url = {c.base_url: c for c in self.clients}
 
         async def step(fc: FleetClient) -> None:
             await by_url[fc.base_url].set_weight_version(version)
+            if self.route is not None:
+                self.route(fc, adapter)
 
         return step
 
@@ -134,7 +141,7 @@ class LoraPublisher:
         try:
             record = await self.fleet.publish(
                 pattern="lora", version=version, previous_version=self._version, ready_at=ready,
-                apply=self._label(version), rollback=self._label(self._version),
+                apply=self._label(version, name), rollback=self._label(self._version, self.adapter),
                 steps=steps, tensors=len(meta), nbytes=nbytes,
             )  # fmt: skip
         except PublicationError:

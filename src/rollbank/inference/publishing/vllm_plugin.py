@@ -10,8 +10,12 @@ built-in backends (NCCL, CUDA IPC, ...) need a GPU; this module adds ``rollbank_
   (:mod:`rollbank.inference.publishing.shm`); ``/update_weights`` carries its path and layout;
   the worker maps the file and calls ``model.load_weights`` on views of it (no copy before the
   load's own copy into the parameters);
-- apply: like vLLM's checkpoint-format engines, ``start`` opens a layerwise reload and
-  ``finish`` finalizes it, so CPU kernels that repack weights after loading see the new ones.
+- apply: like vLLM's checkpoint-format engines, loads go through a layerwise reload that is
+  finalized afterwards, so CPU kernels that repack weights after loading see the new ones. The
+  reload is opened by the first load, not by ``start``, so a session can be started and its
+  buffer *staged* (copied into the worker: phase ``stage``) while the engine still generates;
+  inside the pause only phase ``apply`` (load from the staged copy + finalize) and
+  ``/finish_weight_update`` (the version label) remain.
 
 Registration: vLLM loads every entry point of the ``vllm.general_plugins`` group in each of
 its processes (API server, engine core, workers; ``VLLM_PLUGINS`` may restrict them by name).
@@ -98,14 +102,32 @@ def _engine_class() -> type[Any]:
             self.directory = Path(init_info.directory).resolve()
 
         def start_weight_update(self) -> None:
-            initialize_layerwise_reload(self.model)
+            # Touches nothing: the layerwise reload (which moves layers to the meta device) is
+            # opened by the first phase that loads, so a session may be started, and a buffer
+            # staged, while the engine still generates.
+            self._opened = False
+            self._staged: tuple[Path, ShmLayout, Any] | None = None
 
         def update_weights(self, update_info: dict[str, Any]) -> None:
             # The base class ends with torch.accelerator.synchronize(), which raises on a
             # CPU-only host; loading here is synchronous, so there is nothing to wait for.
             self.receive_weights(self.parse_update_info(update_info))
 
+        def _open(self) -> None:
+            if not getattr(self, "_opened", False):
+                initialize_layerwise_reload(self.model)
+                self._opened = True
+
+        def _close(self) -> None:
+            if getattr(self, "_opened", False):
+                finalize_layerwise_reload(self.model, self.model_config)
+                self._opened = False
+
         def receive_weights(self, update_info: Any) -> None:
+            """Phases (``extra["phase"]``): ``stage`` copies the buffer into this process
+            (the model is untouched: call it before pausing), ``apply`` loads the staged copy
+            (or the file) and finalizes at once, ``load`` (default) loads the file and leaves
+            the finalization to ``finish_weight_update``."""
             directory = getattr(self, "directory", SHM_DIR.resolve())
             path = Path(update_info.path).resolve()
             if path.parent != directory:
@@ -114,15 +136,33 @@ def _engine_class() -> type[Any]:
                 update_info.names, update_info.dtype_names, update_info.shapes,
                 update_info.offsets, update_info.nbytes,
             )
+            phase = str(update_info.extra.get("phase", "load"))
             t0 = time.perf_counter()
-            buf = map_file(path, layout.nbytes, writable=False)
+            if phase == "stage":
+                self._staged = (path, layout, map_file(path, layout.nbytes, writable=False).clone())
+                logger.info("rollbank_shm: staged %d bytes in %.1f ms", layout.nbytes,
+                            1e3 * (time.perf_counter() - t0))
+                return
+            if phase not in ("apply", "load"):
+                raise ValueError(f"unknown rollbank_shm phase {phase!r}")
+            staged = getattr(self, "_staged", None)
+            self._staged = None
+            source = "staged" if staged is not None and staged[:2] == (path, layout) else "mapped"
+            buf = staged[2] if staged is not None and source == "staged" else \
+                map_file(path, layout.nbytes, writable=False)
             with torch.no_grad():
-                self.model.load_weights(views(buf, layout))
-            logger.info("rollbank_shm: loaded %d tensors (%d bytes) in %.1f ms",
-                        len(layout.names), layout.nbytes, 1e3 * (time.perf_counter() - t0))
+                if layout.names:  # nothing changed: leave the layers where they are
+                    self._open()
+                    self.model.load_weights(views(buf, layout))
+                t1 = time.perf_counter()
+                if phase == "apply":
+                    self._close()
+            logger.info("rollbank_shm: %s %d tensors (%d bytes, %s) in %.1f ms (finalize %.1f ms)",
+                        phase, len(layout.names), layout.nbytes, source, 1e3 * (t1 - t0), 1e3 * (time.perf_counter() - t1))
 
         def finish_weight_update(self) -> None:
-            finalize_layerwise_reload(self.model, self.model_config)
+            self._staged = None
+            self._close()
 
         def shutdown(self) -> None:
             pass
