@@ -48,6 +48,23 @@ def test_prompt_is_few_shot_and_ends_with_the_task() -> None:
         make_harness("nope")
 
 
+def test_examples_follow_the_tasks_conventions() -> None:
+    """Tasks name files by absolute path in backticks (`/app/x`); a 270M base model copies the
+    examples' paths, so examples with relative paths taught it to write `x` or `app/x`."""
+    import re
+
+    from rollbank.episodes.harnesses.fenced_shell import EXAMPLES
+
+    for instruction, steps in EXAMPLES:
+        named = re.findall(r"`([^`]+)`", instruction)
+        paths = [n for n in named if "/" in n]
+        assert paths and all(n.startswith("/app/") for n in paths), instruction
+        commands = " ".join(c for c, _ in steps)
+        assert "`" not in commands
+        assert all(p in commands for p in paths), (instruction, commands)
+        assert not re.search(r"(?<![/\w.-])app/", commands)  # no relative app/ paths
+
+
 @pytest.mark.parametrize(
     ("text", "kind", "commands"),
     [

@@ -205,6 +205,7 @@ class ManagedServers:
         if cfg.compile_cache:
             root = cfg.compile_cache_dir or cache_dir() / "compile"
             env.update(VLLM_CACHE_ROOT=str(root / "vllm"), TORCHINDUCTOR_CACHE_DIR=str(root / "inductor"))
+        env["VLLM_USE_AOT_COMPILE"] = "1" if cfg.aot_compile else "0"
         return env
 
     def environment(self, s: ServerState) -> dict[str, str]:

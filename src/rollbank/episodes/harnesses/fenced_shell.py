@@ -55,7 +55,8 @@ PREAMBLE = (
 
 # The examples follow the conventions of the tasks the harness runs (Harbor / terminal-lite):
 # the instruction names files by absolute path under /app, in `backticks`; the commands use
-# those absolute paths without the backticks, and check the result before DONE.
+# those absolute paths without the backticks, act first and then check the result before DONE
+# (an example that inspected first taught the model to inspect and never act).
 EXAMPLES = (
     (
         "Task: Move `/app/inbox/todo.txt` into the directory `/app/archive` (create it if needed).",
@@ -74,8 +75,8 @@ EXAMPLES = (
     (
         "Task: Replace every occurrence of `foo` with `bar` in `/app/notes.txt`.",
         [
-            ("grep -c foo /app/notes.txt", "3\n[exit code 0]"),
-            ("sed -i 's/foo/bar/g' /app/notes.txt && grep -c foo /app/notes.txt", "0\n[exit code 1]"),
+            ("sed -i 's/foo/bar/g' /app/notes.txt", "[exit code 0]"),
+            ("grep -c foo /app/notes.txt", "0\n[exit code 1]"),
         ],
     ),
 )
