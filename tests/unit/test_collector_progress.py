@@ -49,7 +49,7 @@ async def test_non_tty_run_prints_plain_progress_and_a_summary(
 def test_embedded_default_runs_the_very_easy_tasks_on_an_auto_host_plan() -> None:
     c = load_collect_config()
     tasks = select_tasks(c)
-    assert len(tasks) >= 3 and all("very-easy" in t.tags for t in tasks)  # measured 0 < p < 1
+    assert len(tasks) >= 2 and all("very-easy" in t.tags for t in tasks)  # measured 0 < p < 1
     m = c.inference.managed
     assert (m.num_servers, m.dtype, m.threads) == ("auto", "auto", "auto")
     # one observation (bytes >= tokens) must leave room in the context: a 10 kB `cat` ended
