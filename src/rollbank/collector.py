@@ -183,14 +183,13 @@ async def collect(
     say = plain_printer(config)
     if capacity is None and config.inference.calibrate:
         t_cal = time.monotonic()
-        if say is not None:
-            say("calibrating the servers' capacity for the lower bound (a few probe requests)...")
         slots = config.runner.verifier_slots or os.cpu_count()
         capacity, fresh = await calibrate_or_reuse(
             lambda: calibrate(inference.clients, sandbox_slots=sched.sandbox_slots,
                               vocab_size=inference.vocab_size, verifier_slots=slots),
             cache=calibration_cache(config.inference.calibration_max_age_s), fingerprint=inference.fingerprint,
-            sandbox_slots=sched.sandbox_slots, verifier_slots=slots)
+            sandbox_slots=sched.sandbox_slots, verifier_slots=slots, on_measure=None if say is None else
+            lambda: say("calibrating the servers' capacity for the lower bound (a few probe requests)..."))
         await inference.reset_caches()
         if say is not None:
             say(f"{'calibrated' if fresh else 'reused the calibration ' + capacity.source} in "

@@ -30,12 +30,16 @@ class Clock:
 
 def run(cache: CalibrationCache | None, fingerprint: str | None, calls: list[int],
         decode: float = 50.0) -> tuple[Capacity, bool]:
+    announced: list[int] = []
+
     async def measure() -> Capacity:
+        assert len(announced) == 1  # "calibrating..." is said before measuring, never when reused
         calls.append(1)
         return measured(decode)
 
     return asyncio.run(calibrate_or_reuse(measure, cache=cache, fingerprint=fingerprint,
-                                          sandbox_slots=32, verifier_slots=4))
+                                          sandbox_slots=32, verifier_slots=4,
+                                          on_measure=lambda: announced.append(1)))
 
 
 def test_second_run_reuses_the_stored_capacity_and_says_so(tmp_path: Path) -> None:

@@ -98,14 +98,18 @@ def calibration_cache(max_age_s: float) -> CalibrationCache | None:
 async def calibrate_or_reuse(
     measure: Callable[[], Awaitable[Capacity]], *, cache: CalibrationCache | None,
     fingerprint: str | None, sandbox_slots: int, verifier_slots: int | None,
+    on_measure: Callable[[], None] | None = None,
 ) -> tuple[Capacity, bool]:
     """A cached capacity for ``fingerprint`` if there is a fresh one, else ``measure()`` (then
-    stored). Returns the capacity and whether it was measured now."""
-    if cache is None or fingerprint is None:
-        return await measure(), True
-    cached = cache.load(fingerprint, sandbox_slots=sandbox_slots, verifier_slots=verifier_slots)
+    stored; ``on_measure`` is called first). Returns the capacity and whether it was measured now."""
+    cached = (cache.load(fingerprint, sandbox_slots=sandbox_slots, verifier_slots=verifier_slots)
+              if cache is not None and fingerprint is not None else None)
     if cached is not None:
         return cached, False
+    if on_measure is not None:
+        on_measure()
     capacity = await measure()
+    if cache is None or fingerprint is None:
+        return capacity, True
     cache.store(fingerprint, dataclasses.replace(capacity))
     return capacity, True
