@@ -38,8 +38,10 @@ H = FencedShellHarness()
 
 def test_prompt_is_few_shot_and_ends_with_the_task() -> None:
     p = H.initial_prompt(task())
-    assert p.count("Task: ") == 4
-    assert p.count("\nDONE\n") == 3
+    from rollbank.episodes.harnesses.fenced_shell import EXAMPLES
+
+    assert p.count("Task: ") == len(EXAMPLES) + 1
+    assert p.count("\nDONE\n") == len(EXAMPLES)
     assert p.endswith("Task: Write hello to out.txt. Use echo.\n")
     sp = H.sampling()
     assert "\nOutput:" in sp.stop and "\nTask:" in sp.stop

@@ -73,6 +73,13 @@ EXAMPLES = (
         ],
     ),
     (
+        "Task: Write the word `ok` (and nothing else) into `/app/status.txt`.",
+        [
+            ("echo ok > /app/status.txt", "[exit code 0]"),
+            ("cat /app/status.txt", "ok\n[exit code 0]"),
+        ],
+    ),
+    (
         "Task: Replace every occurrence of `foo` with `bar` in `/app/notes.txt`.",
         [
             ("sed -i 's/foo/bar/g' /app/notes.txt", "[exit code 0]"),
