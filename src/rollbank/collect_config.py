@@ -55,6 +55,11 @@ class InferenceSection(Section):
     calibrate: bool = Field(
         default=True, description="measure the servers' capacity (for the lower bound) before collecting"
     )
+    calibration_max_age_s: float = Field(
+        default=86400.0, ge=0, description="reuse a calibration of the same managed servers (host, "
+        "model, dtype, servers, threads, engine) measured at most this long ago, from "
+        "ROLLBANK_CACHE/calibration (the summary's capacity.source says 'cached:...'); 0: always probe",
+    )
 
 
 class MetricsSection(Section):

@@ -48,6 +48,7 @@ from rollbank.extras import require
 from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.calibrate import calibrate
+from rollbank.metrics.calibration_cache import calibrate_or_reuse, calibration_cache
 from rollbank.metrics.events import EventLog, read_events
 from rollbank.metrics.progress import (
     PREFIX,
@@ -186,15 +187,20 @@ async def collect(
     say = plain_printer(config)
     if capacity is None and config.inference.calibrate:
         t_cal = time.monotonic()
-        if say is not None:
-            say("calibrating the servers' capacity for the lower bound (a few probe requests)...")
-        slots = sched.sandbox_slots if sandboxes.capacity is None else sandboxes.capacity.capacity
-        capacity = await calibrate(inference.clients, sandbox_slots=slots,
-                                   vocab_size=inference.vocab_size,
-                                   verifier_slots=config.runner.verifier_slots or os.cpu_count())
+        slots = config.runner.verifier_slots or os.cpu_count()
+        sandbox_slots = (sched.sandbox_slots if sandboxes.capacity is None
+                         else sandboxes.capacity.capacity)
+        capacity, fresh = await calibrate_or_reuse(
+            lambda: calibrate(inference.clients, sandbox_slots=sandbox_slots,
+                              vocab_size=inference.vocab_size, verifier_slots=slots),
+            cache=calibration_cache(config.inference.calibration_max_age_s),
+            fingerprint=inference.fingerprint, sandbox_slots=sandbox_slots, verifier_slots=slots,
+            on_measure=None if say is None else lambda: say(
+                "calibrating the servers' capacity for the lower bound (a few probe requests)..."))
         await inference.reset_caches()
         if say is not None:
-            say(f"calibrated in {time.monotonic() - t_cal:.0f} s: decode {capacity.decode_rate_single:.0f} "
+            say(f"{'calibrated' if fresh else 'reused the calibration ' + capacity.source} in "
+                f"{time.monotonic() - t_cal:.0f} s: decode {capacity.decode_rate_single:.0f} "
                 f"tok/s alone, {capacity.decode_rate_max:.0f} tok/s aggregate")
     router = router or router_from_config(config.router, servers, clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None

@@ -23,6 +23,7 @@ class InferencePlane:
     tokenizer: Tokenizer
     vocab_size: int
     description: str
+    fingerprint: str | None = None  # what the servers' capacity depends on (None: unknown)
 
     async def reset_caches(self) -> None:
         for c in self.clients.values():
@@ -78,4 +79,5 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int,
         tok = load_tokenizer(servers.model_dir)
         yield InferencePlane(dict(zip(servers.urls, servers.clients, strict=True)), tok,
                              _vocab_size(tok),
-                             f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}")
+                             f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}",
+                             fingerprint=servers.fingerprint())

