@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -43,7 +42,7 @@ from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import make_workload
-from rollbank.errors import ConfigError, InputError
+from rollbank.errors import InputError
 from rollbank.extras import require
 from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.metrics.bound import Capacity
@@ -68,7 +67,7 @@ from rollbank.scheduling.events import EventSink, FanoutSink
 from rollbank.scheduling.gated_driver import collection_driver
 from rollbank.scheduling.scoring import PolicyScorer
 from rollbank.scheduling.types import AttemptSpec
-from rollbank.tasks.loader import load_tasks
+from rollbank.task_selection import select_tasks, task_sequence, tasks_to_prepare
 from rollbank.tasks.model import Task
 
 
@@ -99,47 +98,6 @@ class _Keeping:
         traj = await self.inner.run(attempt)
         self.finished.append(traj)
         return traj
-
-
-def select_tasks(config: CollectConfig) -> list[Task]:
-    tasks = load_tasks(config.tasks)
-    if config.include:
-        wanted = set(config.include)
-        tasks = [t for t in tasks if t.task_id in wanted]
-    if config.exclude_costs:
-        tasks = [t for t in tasks if (t.cost or "") not in config.exclude_costs]
-    if config.exclude_saturated_from:
-        saturated = saturated_tasks(Path(config.exclude_saturated_from))
-        tasks = [t for t in tasks if t.task_id not in saturated]
-    if not tasks:
-        raise ConfigError("no task left after include/exclude_costs/exclude_saturated_from",
-                          field="tasks")
-    return tasks
-
-
-def saturated_tasks(path: Path) -> set[str]:
-    """The tasks a task-health file (``evaluation/health.py``) lists as saturated."""
-    try:
-        return {str(t) for t in json.loads(path.read_text())["saturated"]}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"unreadable task-health file: {exc}", file=path,
-                         field="exclude_saturated_from") from exc
-
-
-def task_sequence(tasks: Sequence[Task], seed: int | None) -> list[str]:
-    ids = sorted(t.task_id for t in tasks)
-    if seed is not None:
-        random.Random(seed).shuffle(ids)
-    return ids
-
-
-def tasks_to_prepare(config: CollectConfig, tasks: Sequence[Task]) -> list[Task]:
-    """The tasks the first groups will run (warm snapshots made before the clock starts)."""
-    sched = config.scheduler.effective()
-    groups = sched.pool_groups + (sched.num_batches - 1) * sched.groups_per_batch
-    ids = task_sequence(tasks, config.task_order_seed)
-    wanted = {ids[k % len(ids)] for k in range(groups + sched.groups_per_batch)}
-    return [t for t in tasks if t.task_id in wanted]
 
 
 def plain_printer(config: CollectConfig) -> Callable[[str], None] | None:

@@ -17,13 +17,14 @@ import pytest_asyncio
 
 from rollbank.batching.writer import ready_batches
 from rollbank.collect_config import CollectConfig, load_collect_config
-from rollbank.collector import collect, select_tasks
+from rollbank.collector import collect
 from rollbank.episodes.harnesses import make_harness
 from rollbank.episodes.outcome import Outcome
 from rollbank.episodes.replay import load_episode, replay_episode
 from rollbank.episodes.sandboxes import ColdSource, TaskVerifier, open_sandboxes
 from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.sandbox.local.backend import LocalBackend
+from rollbank.task_selection import select_tasks
 from rollbank.tasks.config import BuilderConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module")]

@@ -9,7 +9,7 @@ import pytest
 
 from rollbank.cli.main import main
 from rollbank.collect_config import load_collect_config
-from rollbank.collector import select_tasks
+from rollbank.task_selection import select_tasks
 
 pytestmark = pytest.mark.integration
 

@@ -28,12 +28,13 @@ import pytest
 
 import rollbank
 from rollbank.collect_config import CollectConfig, load_collect_config
-from rollbank.collector import CollectResult, collect, select_tasks
+from rollbank.collector import CollectResult, collect
 from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.sandboxes import open_sandboxes
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference_plane import open_inference
 from rollbank.sandbox.ray.backend import RaySandboxBackend
+from rollbank.task_selection import select_tasks
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402

@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from rollbank.batching.writer import PARQUET_NAME, ready_batches
-from rollbank.collector import select_tasks
 from rollbank.episodes.sandboxes import open_sandboxes
 from rollbank.inference.vllm_client import VLLMClient
 from rollbank.inference_plane import open_inference
+from rollbank.task_selection import select_tasks
 from rollbank.training.checkpoint import latest_version, read_meta
 from rollbank.training.loop_config import load_train_config
 from rollbank.training.loop_run import BuiltinTrainer, train_with

@@ -11,7 +11,7 @@ from episode_rig import FileVerifier, fake_spec, make_task
 
 from rollbank.batching.writer import ready_batches
 from rollbank.collect_config import CollectConfig, load_collect_config
-from rollbank.collector import collect, task_sequence
+from rollbank.collector import collect
 from rollbank.episodes.replay import episode_filename
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.sources import SandboxPlane
@@ -23,6 +23,7 @@ from rollbank.metrics.bound import Capacity
 from rollbank.metrics.events import read_events
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
+from rollbank.task_selection import task_sequence
 
 TOK = FakeTokenizer()
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -122,7 +123,7 @@ def test_task_sequence_is_a_seeded_permutation() -> None:
 
 
 def test_tasks_to_prepare_covers_the_first_groups_only() -> None:
-    from rollbank.collector import tasks_to_prepare
+    from rollbank.task_selection import tasks_to_prepare
 
     tasks = [make_task(f"t{i:02d}") for i in range(40)]
     cfg = load_collect_config(None, {"task_order_seed": None, "scheduler.groups_per_batch": 4,

@@ -13,7 +13,7 @@ from episode_rig import FileVerifier, fake_spec, make_task
 from test_collector import TOK, config, model
 
 from rollbank.collect_config import load_collect_config
-from rollbank.collector import collect, enter_concurrently, select_tasks
+from rollbank.collector import collect, enter_concurrently
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.errors import ConfigError
@@ -22,6 +22,7 @@ from rollbank.inference_plane import InferencePlane
 from rollbank.metrics.bound import Capacity
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
+from rollbank.task_selection import select_tasks
 
 
 async def test_non_tty_run_prints_plain_progress_and_a_summary(

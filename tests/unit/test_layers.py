@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("scheduling",),
     ("metrics",),
     ("collect_config",),
+    ("task_selection",),
     ("inference_plane",),
     ("resume",),
     ("collector",),

@@ -137,12 +137,23 @@ async def test_sandbox_dying_with_a_broken_host_is_infra() -> None:
 
 
 async def test_context_exhaustion_is_the_models_failure() -> None:
-    async with rig(script("```bash\nls\n```\n"), max_model_len=900, max_turns=50) as r:
+    async with rig(script("```bash\nls\n```\n"), max_model_len=1600, max_turns=50) as r:
         t = await r.run()
     assert t.outcome is not None
     assert (t.outcome.outcome, t.outcome.reason) == (Outcome.MODEL_FAILURE,
                                                       Reason.CONTEXT_EXHAUSTED)
-    assert len(t.token_ids) <= 900
+    assert len(t.token_ids) <= 1600 and len(t.steps) >= 1
+
+
+async def test_a_first_prompt_that_does_not_fit_is_not_the_models_failure() -> None:
+    """Was: context_exhausted (model_failure) for an attempt whose model never acted (the
+    harness's prompt alone outgrew runner.max_model_len, e.g. after longer few-shot examples)."""
+    async with rig(script("```bash\nls\n```\n"), max_model_len=300, max_turns=50) as r:
+        t = await r.run()
+    assert t.outcome is not None and not t.steps
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.INFRA_FAILURE,
+                                                      Reason.PROMPT_EXCEEDS_CONTEXT)
+    assert t.outcome.evidence["prompt_tokens"] > 300
 
 
 async def test_cancellation_closes_the_sandbox_and_releases_the_router() -> None:

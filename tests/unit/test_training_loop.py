@@ -100,6 +100,7 @@ def _config(mode: str, steps: int, max_lag: int = 1, **extra: Any) -> TrainConfi
     return load_train_config(None, extra | {
         "loop.mode": mode, "loop.steps": steps, "loop.max_lag": max_lag,
         "collect.inference.kind": "fake", "collect.inference.calibrate": False,
+        "collect.runner.max_model_len": 4096,  # the fake tokenizer is byte-level
         "collect.metrics.live": "off", "collect.metrics.report": False,
         "collect.task_order_seed": None, "collect.include": [],
         "collect.scheduler.groups_per_batch": 1, "collect.scheduler.pool_groups": 1,

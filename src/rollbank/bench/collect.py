@@ -256,10 +256,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
     import contextlib
 
-    from rollbank.collector import collect, select_tasks, tasks_to_prepare
+    from rollbank.collector import collect
     from rollbank.episodes.sandboxes import open_sandboxes
     from rollbank.inference_plane import open_inference
     from rollbank.metrics.calibrate import calibrate
+    from rollbank.task_selection import select_tasks, tasks_to_prepare
 
     t_bench = time.monotonic()
     arms = parse_arms(args.arms)

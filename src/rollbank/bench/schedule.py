@@ -159,7 +159,7 @@ def _spread(xs: list[float]) -> dict[str, float]:
 
 def load_tasks(args: argparse.Namespace) -> list[Any]:
     from rollbank.collect_config import load_collect_config
-    from rollbank.collector import select_tasks
+    from rollbank.task_selection import select_tasks
 
     cfg = load_collect_config(None, {"tasks": args.tasks, "exclude_costs": [
         c for c in args.exclude_costs.split(",") if c]})
@@ -179,7 +179,7 @@ def model_description(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _main(args: argparse.Namespace) -> dict[str, Any]:
-    from rollbank.collector import task_sequence
+    from rollbank.task_selection import task_sequence
 
     if args.decision_cost:
         from rollbank.bench.schedule_decision import decision_cost

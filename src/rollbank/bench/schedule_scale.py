@@ -116,7 +116,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 def scale_main(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.bench.schedule import _workload, load_tasks, model_description
-    from rollbank.collector import task_sequence
+    from rollbank.task_selection import task_sequence
 
     t0 = time.monotonic()
     task_ids = task_sequence(load_tasks(args), 0)

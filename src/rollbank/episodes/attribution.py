@@ -57,6 +57,7 @@ class LoopEnd(StrEnum):
     BUDGET = "budget"  # per-episode time budget used up
     STEP_TIMEOUT = "step_timeout"  # a command timed out and the policy ends the episode
     CONTEXT = "context"  # the conversation no longer fits the model's context
+    PROMPT_TOO_LONG = "prompt_too_long"  # the task's first prompt leaves no room: no model turn
     SANDBOX_DIED = "sandbox_died"
     SANDBOX_START_FAILED = "sandbox_start_failed"
     ENV_BUILD_FAILED = "env_build_failed"
@@ -75,6 +76,7 @@ _END_REASON: dict[LoopEnd, Reason] = {
     LoopEnd.BUDGET: Reason.BUDGET_EXHAUSTED,
     LoopEnd.STEP_TIMEOUT: Reason.STEP_TIMEOUT,
     LoopEnd.CONTEXT: Reason.CONTEXT_EXHAUSTED,
+    LoopEnd.PROMPT_TOO_LONG: Reason.PROMPT_EXCEEDS_CONTEXT,
     LoopEnd.SANDBOX_START_FAILED: Reason.SANDBOX_START_FAILED,
     LoopEnd.ENV_BUILD_FAILED: Reason.ENV_BUILD_FAILED,
     LoopEnd.INFERENCE_ERROR: Reason.INFERENCE_ERROR,

@@ -56,6 +56,8 @@ class Reason(StrEnum):
     VERIFIER_NO_REWARD = "verifier_no_reward"
     HOST_ERROR = "host_error"
     ABORTED = "aborted"  # rollbank itself aborted the attempt (straggler policy)
+    PROMPT_EXCEEDS_CONTEXT = "prompt_exceeds_context"  # the harness's first prompt for the task
+    # leaves no room to generate in runner.max_model_len: the model never acted (configuration)
     HOST_STALLED = "host_stalled"  # a command stalled by the host beyond max_host_stall_s, or a
     # silent sandbox that a pristine fork (or the model's replayed actions) does not reproduce
     # unknown
@@ -84,6 +86,7 @@ REASON_OUTCOME: dict[Reason, Outcome] = {
     Reason.HOST_ERROR: Outcome.INFRA_FAILURE,
     Reason.ABORTED: Outcome.INFRA_FAILURE,
     Reason.HOST_STALLED: Outcome.INFRA_FAILURE,
+    Reason.PROMPT_EXCEEDS_CONTEXT: Outcome.INFRA_FAILURE,
     Reason.UNATTRIBUTED: Outcome.UNKNOWN,
 }
 

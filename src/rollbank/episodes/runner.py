@@ -208,7 +208,9 @@ class EpisodeRunner:
             turn = first + k
             room = cfg.max_model_len - len(conv)
             if room < cfg.min_new_tokens:
-                return LoopEnd.CONTEXT, {"turn": turn, "prompt_tokens": len(conv)}
+                end = LoopEnd.CONTEXT if turn else LoopEnd.PROMPT_TOO_LONG  # never acted: not its
+                return end, {"turn": turn, "prompt_tokens": len(conv),
+                             "max_model_len": cfg.max_model_len}
             rid = f"{traj.trajectory_id}/t{turn}"
             prompt = conv.prompt_token_ids
             server = self.router.route(RouteRequest(rid, traj.trajectory_id, traj.group_id, prompt))

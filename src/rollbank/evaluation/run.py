@@ -24,13 +24,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from rollbank.collect_config import CollectConfig
-from rollbank.collector import (
-    check_output_folder,
-    collect,
-    enter_concurrently,
-    plain_printer,
-    select_tasks,
-)
+from rollbank.collector import check_output_folder, collect, enter_concurrently, plain_printer
 from rollbank.config import Section
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.errors import ConfigError
@@ -45,6 +39,7 @@ from rollbank.evaluation.timing import (
 from rollbank.inference.protocol import InferenceClient
 from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.scheduling.types import SchedulingMode, StragglerPolicy
+from rollbank.task_selection import select_tasks
 from rollbank.tasks.model import Task
 
 Scrape = Callable[[str], Awaitable[str | None]]

@@ -31,13 +31,7 @@ from typing import Any
 
 from rollbank.batching.batch import Batch
 from rollbank.clock import MonotonicClock
-from rollbank.collector import (
-    check_output_folder,
-    collect,
-    enter_concurrently,
-    select_tasks,
-    tasks_to_prepare,
-)
+from rollbank.collector import check_output_folder, collect, enter_concurrently
 from rollbank.errors import PublicationError, ServiceError
 from rollbank.extras import require
 from rollbank.inference.publish import WeightPublisher
@@ -48,6 +42,7 @@ from rollbank.service.app import build_app
 from rollbank.service.config import ServeCollectorConfig, resolve_token
 from rollbank.service.hub import CollectorHub
 from rollbank.service.leases import BatchLeases
+from rollbank.task_selection import select_tasks, tasks_to_prepare
 from rollbank.tasks.model import Task
 
 Say = Callable[[str], None]

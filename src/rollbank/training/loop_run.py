@@ -23,19 +23,14 @@ from typing import Any
 
 from rollbank.batching.loader import TensorBatch
 from rollbank.clock import Clock, MonotonicClock
-from rollbank.collector import (
-    CollectResult,
-    check_output_folder,
-    collect,
-    select_tasks,
-    tasks_to_prepare,
-)
+from rollbank.collector import CollectResult, check_output_folder, collect
 from rollbank.config import dump_resolved
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.inference.protocol import AdmissionGate
 from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.routing.factory import router_from_config
 from rollbank.scheduling.events import EventSink
+from rollbank.task_selection import select_tasks, tasks_to_prepare
 from rollbank.tasks.model import Task
 from rollbank.training.config import TrainerConfig
 from rollbank.training.loop import Publisher, StepTrainer, TrainingLoop
