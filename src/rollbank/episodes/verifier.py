@@ -14,7 +14,14 @@ Sequence (:func:`run_verifier`, called only after the agent finished)
    Sandbox API — the agent never saw them and cannot alter them — and the offline shims
    (:mod:`rollbank.tasks.shims`);
 3. run ``task.test_command`` with the shims first on PATH, the task's verifier env, and the
-   verifier's own timeout (``task.verifier_timeout_s``);
+   verifier's own timeout (``task.verifier_timeout_s``) on the task's *pristine toolchain*:
+   when the sandbox can (:class:`~rollbank.sandbox.protocol.PinnedExec`), the command runs in
+   a private mount namespace where :data:`TOOLCHAIN_PINS` show the task's built layers, not
+   what the agent made of them, and files the agent added at ``/`` are hidden (a trojan
+   ``pytest``, a ``/pytest.ini`` + ``/conftest.py`` rootdir hijack, an ``/etc/ld.so.preload``
+   do not reach the verifier); user site-packages are off (``PYTHONNOUSERSITE=1``, a task's
+   verifier env may override it). Everything else (``/app``, ``/root``, ``/tmp``, ...) is the
+   agent's: that is what the tests check. See docs/collect.md, "Verifier isolation";
 4. read ``/logs/verifier/reward.txt`` (one number) or else ``reward.json`` (named numbers;
    the scalar is their mean).
 
@@ -28,9 +35,13 @@ exit 0 but no reward -> ``verifier_no_reward``; otherwise ``verified_pass`` when
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
+import io
 import json
 import math
 import shlex
+import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -38,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
-from rollbank.sandbox.protocol import ExecResult, Sandbox
+from rollbank.errors import SandboxError
+from rollbank.sandbox.protocol import ExecResult, PinnedExec, Sandbox
 from rollbank.tasks.model import Task, TaskFormat
 from rollbank.tasks.shims import SHIM_DIR, shim_files
 
@@ -56,6 +68,14 @@ KILL_LEFTOVERS = (
     'case "$c" in "sleep infinity "|"/bin/sleep infinity ") continue;; esac; '
     'kill -9 "$p" 2>/dev/null; done; '
 )
+#: Paths the verifier always takes from the task's pristine layers (globs allowed): the
+#: interpreters, test runners, shells and libraries under /usr (/bin, /lib... are symlinks
+#: into it), and the /etc files that steer them (dynamic loader, alternatives, Python's
+#: sitecustomize). A path the pristine layers lack is hidden if the agent created it.
+TOOLCHAIN_PINS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf",
+                  "/etc/ld.so.conf.d", "/etc/ld.so.preload", "/etc/python3*")
+#: The verifier's default environment (the task's verifier env is applied on top).
+VERIFIER_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class VerifierStatus(StrEnum):
@@ -78,6 +98,7 @@ class VerifierResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     error: str | None = None
+    pinned: bool = False  # the test command ran on the pristine toolchain (TOOLCHAIN_PINS)
 
     @property
     def passed(self) -> bool:
@@ -98,7 +119,8 @@ def verifier_outcome(result: VerifierResult) -> EpisodeOutcome:
     """Map a verifier result to the episode's verdict (infra reasons for verifier faults)."""
     evidence: dict[str, Any] = {"verifier_exit_code": result.exit_code,
                                 "verifier_signal": result.signal,
-                                "verifier_duration_s": round(result.duration_s, 3)}
+                                "verifier_duration_s": round(result.duration_s, 3),
+                                "verifier_pinned": result.pinned}
     if result.error:
         evidence["verifier_error"] = result.error
     if result.status in (VerifierStatus.CRASH, VerifierStatus.TIMEOUT, VerifierStatus.NO_REWARD):
@@ -207,6 +229,16 @@ async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = False)
     reset = ((KILL_LEFTOVERS if kill_leftovers else "")
              + f"rm -rf /tests {SHIM_DIR}; [ -L /logs ] && rm -f /logs; rm -rf /logs/verifier; "
              f"mkdir -p /tests /logs/verifier /logs/agent {SHIM_DIR}")
+    shims = [(f"{SHIM_DIR.lstrip('/')}/{name}", data, mode)
+             for name, (data, mode) in shim_files().items()]
+    pinned = _pinnable(sandbox)
+    if pinned is not None:  # one command on the pristine toolchain: reset, tests, shims
+        files = [(f"tests/{rel}", p.read_bytes(), 0o755 if p.stat().st_mode & 0o111 else 0o644)
+                 for rel, p in _files(task.tests_dir) + list(task.extra_test_files)]
+        payload = await asyncio.to_thread(_tar, files + shims)
+        return await pinned.exec_pinned(
+            ["/bin/sh", "-c", reset + " && tar -x --no-same-owner -C /"], pins=TOOLCHAIN_PINS,
+            stdin=payload, timeout_s=60)
     res = await sandbox.exec(["/bin/sh", "-c", reset], timeout_s=60)
     if res.exit_code != 0:
         return res
@@ -228,19 +260,70 @@ async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None 
                               error="could not prepare /tests and /logs/verifier")
     command = (f'export PATH={SHIM_DIR}:"$PATH"; export HOME="${{HOME:-/root}}"; '
                f"{task.test_command}")
-    res = await sandbox.exec(["/bin/bash", "-c", command], env=dict(task.verifier_env),
-                             timeout_s=timeout_s or task.verifier_timeout_s,
-                             output_limit=OUTPUT_LIMIT)
+    argv = ["/bin/bash", "-c", command]
+    env = {**VERIFIER_ENV, **task.verifier_env}
+    limit = timeout_s or task.verifier_timeout_s
+    pinned = _pinnable(sandbox)
+    if pinned is not None:
+        res = await pinned.exec_pinned(argv, pins=TOOLCHAIN_PINS, env=env, timeout_s=limit,
+                                       output_limit=OUTPUT_LIMIT)
+    else:
+        res = await sandbox.exec(argv, env=env, timeout_s=limit, output_limit=OUTPUT_LIMIT)
+    result = await _result(sandbox, res, pinned)
+    return dataclasses.replace(result, pinned=pinned is not None)
+
+
+def _pinnable(sandbox: Sandbox) -> PinnedExec | None:
+    return sandbox if isinstance(sandbox, PinnedExec) and sandbox.can_pin else None
+
+
+def _tar(files: list[tuple[str, bytes, int]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs: set[str] = set()
+        for rel, data, mode in files:
+            parts = rel.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    info = tarfile.TarInfo(d)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+#: Prints each verifier file as "F <base64>" or "N" (missing), read on the pristine toolchain.
+_READ = ('for f in "$@"; do if [ -f "$f" ]; then printf "F "; head -c 65536 -- "$f" | base64 -w0; '
+         'echo; else echo N; fi; done')
+
+
+async def _read_files(sandbox: Sandbox, pinned: PinnedExec | None,
+                      paths: tuple[str, ...]) -> list[str | None]:
+    if pinned is None:
+        return [await _read_optional(sandbox, p) for p in paths]
+    res = await pinned.exec_pinned(["/bin/sh", "-c", _READ, "sh", *paths], pins=TOOLCHAIN_PINS,
+                                   timeout_s=30, output_limit=512 * 1024)
+    lines = res.stdout.splitlines()
+    if res.exit_code != 0 or len(lines) != len(paths):
+        raise SandboxError(f"cannot read the verifier's files: {res.stderr[-500:]}")
+    return [base64.b64decode(ln[2:]).decode("utf-8", "replace") if ln.startswith("F ") else None
+            for ln in lines]
+
+
+async def _result(sandbox: Sandbox, res: ExecResult, pinned: PinnedExec | None) -> VerifierResult:
+    """Classify the test command's run with the reward files it left."""
     if res.timed_out or res.budget_exhausted or res.host_stalled:
         return classify(res, None, None)
-    shim_error = await _read_optional(sandbox, SHIM_ERROR)
+    shim_error, txt, js = await _read_files(sandbox, pinned, (SHIM_ERROR, REWARD_TXT, REWARD_JSON))
     if shim_error is not None:
         return VerifierResult(VerifierStatus.CRASH, None, exit_code=res.exit_code, signal=res.signal,
                               duration_s=res.duration_s, stdout_tail=res.stdout[-4000:],
                               stderr_tail=res.stderr[-4000:], error=shim_error.strip()[:2000])
-    txt = await _read_optional(sandbox, REWARD_TXT)
-    js = None if txt is not None else await _read_optional(sandbox, REWARD_JSON)
-    return classify(res, txt, js)
+    return classify(res, txt, None if txt is not None else js)
 
 
 async def run_oracle(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None) -> ExecResult | None:
