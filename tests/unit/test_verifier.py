@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import io
+import tarfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.verifier import (
     REWARD_JSON,
     REWARD_TXT,
+    TOOLCHAIN_PINS,
     VerifierResult,
     VerifierStatus,
     classify,
@@ -172,3 +177,57 @@ async def test_oracle_uploads_the_solution_folder_and_runs_it() -> None:
     assert res is not None and res.exit_code == 0
     assert sb.files["/solution/solve.sh"] == (task.path / "solution" / "solve.sh").read_bytes()
     assert sb.files["/app/answer.txt"] == b"ready\n"
+
+
+class _PinnedFake(FakeSandbox):
+    """A fake that can pin: records the pinned commands and answers them from a script
+    (the fake's interpreter has no tar/base64; the real view is tested in integration)."""
+
+    def __init__(self, inner: FakeSandbox) -> None:
+        super().__init__(inner.backend, inner.sandbox_id, inner.spec, inner.files, None)
+        self.pinned: list[tuple[list[str], tuple[str, ...], dict[str, str], bytes | None]] = []
+
+    @property
+    def can_pin(self) -> bool:
+        return True
+
+    async def exec_pinned(self, command: str | Sequence[str], *, pins: Sequence[str],
+                          timeout_s: float | None = None, cwd: str | None = None,
+                          env: Mapping[str, str] | None = None, stdin: bytes | None = None,
+                          output_limit: int = 0) -> ExecResult:
+        argv = [command] if isinstance(command, str) else list(command)
+        self.pinned.append((argv, tuple(pins), dict(env or {}), stdin))
+        if "base64" in argv[2]:  # the reward read: no shim error, reward.txt = 1, no json
+            one = base64.b64encode(b"1\n").decode()
+            return ExecResult(0, None, f"N\nF {one}\nN\n", "", 0.01)
+        return ExecResult(0, None, "", "", 0.01)
+
+
+async def test_a_pinnable_sandbox_stages_runs_and_reads_on_the_pristine_toolchain() -> None:
+    """Every step that could meet the agent's toolchain (reset + tests upload, test command,
+    reward read) runs pinned; nothing runs on the agent's toolchain."""
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+    sb = _PinnedFake(await _start(_backend(b"1\n")))
+    result = await run_verifier(sb, task, kill_leftovers=True)
+    assert result.status is VerifierStatus.PASS and result.pinned
+    assert verifier_outcome(result).evidence["verifier_pinned"] is True
+    assert sb.commands == []  # no unpinned command at all
+    (prep, _, _, payload), (run, _, env, _), (read, _, _, _) = sb.pinned
+    assert all(p == TOOLCHAIN_PINS for _, p, _, _ in sb.pinned)
+    assert "rm -rf /tests" in prep[2] and "kill -9" in prep[2] and prep[2].endswith("tar -x --no-same-owner -C /")
+    assert payload is not None
+    with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
+        names = tar.getnames()
+        data = tar.extractfile("tests/test.sh")
+        assert data is not None and data.read() == (task.tests_dir / "test.sh").read_bytes()
+    assert f"{SHIM_DIR.lstrip('/')}/uvx" in names
+    assert "bash /tests/test.sh" in run[2] and env["PYTHONNOUSERSITE"] == "1"
+    assert REWARD_TXT in read and REWARD_JSON in read
+
+
+async def test_a_sandbox_that_cannot_pin_is_verified_as_before_and_says_so() -> None:
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+    sb = await _start(_backend(b"1\n"))
+    result = await run_verifier(sb, task)
+    assert result.status is VerifierStatus.PASS and not result.pinned
+    assert verifier_outcome(result).evidence["verifier_pinned"] is False
