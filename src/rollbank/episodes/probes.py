@@ -180,7 +180,8 @@ async def probe_task(task: Task, backend: SandboxBackend, spec: SandboxSpec,
     return rep
 
 
-async def probe_built(task: Task, backend: SandboxBackend, builder: EnvironmentBuilder) -> ProbeReport:
+async def probe_built(task: Task, backend: SandboxBackend, builder: EnvironmentBuilder,
+                      cheats: Sequence[Cheat] = CHEATS) -> ProbeReport:
     """Build (or find cached) the task's environment, then :func:`probe_task`."""
     from rollbank.episodes.validate import spec_for
 
@@ -188,4 +189,4 @@ async def probe_built(task: Task, backend: SandboxBackend, builder: EnvironmentB
         built = await asyncio.to_thread(builder.build, task)
     except InputError as exc:
         return ProbeReport(task.task_id, skipped=f"build failed: {exc}")
-    return await probe_task(task, backend, spec_for(task, built))
+    return await probe_task(task, backend, spec_for(task, built), cheats)
