@@ -13,6 +13,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from rollbank.errors import SandboxError
+
 
 def pack(local: Path) -> tuple[bool, bytes, int]:
     """(is a directory, tar of the directory or the file's bytes, file mode)."""
@@ -29,7 +31,10 @@ def unpack(data: bytes, name: str, local: Path) -> None:
     parent = local.parent if local.parent.exists() else None
     with tempfile.TemporaryDirectory(dir=parent) as tmp:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(tmp, filter="data")
+            try:
+                tar.extractall(tmp, filter="data")
+            except tarfile.FilterError as exc:  # a link out of the target, a device, ...
+                raise SandboxError(f"download refused an unsafe member: {exc}") from exc
         if local.is_dir():
             shutil.rmtree(local)
         shutil.move(Path(tmp) / name, local)
