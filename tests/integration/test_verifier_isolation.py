@@ -144,3 +144,32 @@ async def test_the_verifier_itself_reports_that_it_ran_pinned(backend: LocalBack
     await run_oracle(sb, task)
     result = await run_verifier(sb, task, kill_leftovers=True)
     assert result.passed and result.pinned
+
+
+HYDRA = r"""cat > /tmp/hydra.sh <<'X'
+sleep 0.005
+mkdir -p /logs/verifier /tests
+echo 1 > /logs/verifier/reward.txt
+printf 'def test_ok():\n    pass\n' > /tests/test_outputs.py 2>/dev/null
+sh /tmp/hydra.sh &
+X
+for i in 1 2 3 4; do nohup setsid sh /tmp/hydra.sh >/dev/null 2>&1 < /dev/null & done; sleep 0.3"""
+
+
+async def test_a_leftover_that_keeps_forking_cannot_tamper_with_the_verification(
+        backend: LocalBackend) -> None:
+    """#13 item 4: a background process left by the agent that rewrites the reward file and
+    the tests, and keeps replacing itself by a fresh pid (a scan of /proc misses the new
+    copies), must not produce a pass for a task that declares no service."""
+    task = next(t for t in load_tasks(["terminal-lite"]) if t.task_id == "hello-greeting")
+    from rollbank.episodes.sandboxes import spec_for
+
+    sb = await backend.start(spec_for(task, EnvironmentBuilder().build(task)))
+    assert isinstance(sb, LocalSandbox)
+    await sb.exec(HYDRA)
+    alive = await sb.exec("sleep 0.2; cat /logs/verifier/reward.txt; ps -eo args | grep -c hydra")
+    assert alive.stdout.split()[0] == "1" and int(alive.stdout.split()[1]) >= 2  # control
+    result = await run_verifier(sb, task, kill_leftovers=not task.services)
+    assert result.status.value == "fail" and result.reward == 0.0, result
+    left = await sb.exec("ps -eo args | grep -v grep | grep -c hydra")
+    assert left.stdout.strip() == "0"

@@ -186,10 +186,14 @@ class _PinnedFake(FakeSandbox):
     def __init__(self, inner: FakeSandbox) -> None:
         super().__init__(inner.backend, inner.sandbox_id, inner.spec, inner.files, None)
         self.pinned: list[tuple[list[str], tuple[str, ...], dict[str, str], bytes | None]] = []
+        self.killed = False
 
     @property
     def can_pin(self) -> bool:
         return True
+
+    async def kill_leftovers(self) -> None:
+        self.killed = True
 
     async def exec_pinned(self, command: str | Sequence[str], *, pins: Sequence[str],
                           timeout_s: float | None = None, cwd: str | None = None,
@@ -209,7 +213,7 @@ async def test_a_pinnable_sandbox_stages_runs_and_reads_on_the_pristine_toolchai
     task = load_task(FIXTURES / "harbor-dockerfile-features")
     sb = _PinnedFake(await _start(_backend(b"1\n")))
     result = await run_verifier(sb, task, kill_leftovers=True)
-    assert result.status is VerifierStatus.PASS and result.pinned
+    assert result.status is VerifierStatus.PASS and result.pinned and sb.killed
     assert verifier_outcome(result).evidence["verifier_pinned"] is True
     assert sb.commands == []  # no unpinned command at all
     (prep, _, _, payload), (run, _, env, _), (read, _, _, _) = sb.pinned

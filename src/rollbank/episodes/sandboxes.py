@@ -204,6 +204,10 @@ class _CleanupSandbox:
         return await self._inner.exec_pinned(command, pins=pins, timeout_s=timeout_s, cwd=cwd,
                                              env=env, stdin=stdin, output_limit=output_limit)
 
+    async def kill_leftovers(self) -> None:
+        if isinstance(self._inner, PinnedExec):
+            await self._inner.kill_leftovers()
+
     async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
         await self._inner.write_file(path, data, mode=mode)
 

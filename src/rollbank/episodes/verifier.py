@@ -5,9 +5,11 @@ Owns: the verifier protocol shared by Harbor and Terminal-Bench 1 tasks and its 
 
 Sequence (:func:`run_verifier`, called only after the agent finished)
 1. remove ``/tests``, ``/logs/verifier`` and the shim directory and recreate them empty
-   (``/logs`` if it is a symlink is replaced). ``kill_leftovers=True`` SIGKILLs every pid
-   of the sandbox but pid 1, the backend's ``sleep infinity`` anchor and the reset shell (a
-   background loop could otherwise rewrite the reward file). The collection's verifier
+   (``/logs`` if it is a symlink is replaced). ``kill_leftovers=True`` SIGKILLs every
+   process the agent left (a background loop could otherwise rewrite the reward file or the
+   tests): by cgroup when the sandbox can (``PinnedExec.kill_leftovers``: a process that
+   keeps forking copies of itself cannot slip through), then every pid of the sandbox but
+   pid 1, the backend's ``sleep infinity`` anchor and the reset shell. The collection's verifier
    (``episodes/sandboxes.TaskVerifier``) passes it for every task that does not declare a
    service (``Task.services``): tasks about services on loopback need them alive;
 2. write the task's tests (and e.g. TB1's run-tests.sh) into the fresh ``/tests`` through the
@@ -232,6 +234,8 @@ async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = False)
     shims = [(f"{SHIM_DIR.lstrip('/')}/{name}", data, mode)
              for name, (data, mode) in shim_files().items()]
     pinned = _pinnable(sandbox)
+    if pinned is not None and kill_leftovers:
+        await pinned.kill_leftovers()  # by cgroup: nothing forks its way past it
     if pinned is not None:  # one command on the pristine toolchain: reset, tests, shims
         files = [(f"tests/{rel}", p.read_bytes(), 0o755 if p.stat().st_mode & 0o111 else 0o644)
                  for rel, p in _files(task.tests_dir) + list(task.extra_test_files)]

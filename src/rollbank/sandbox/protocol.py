@@ -182,6 +182,11 @@ class PinnedExec(Protocol):
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ExecResult: ...
 
+    async def kill_leftovers(self) -> None:
+        """SIGKILL every process the sandbox's commands left running, with no race against
+        one that keeps forking (the sandbox itself stays up)."""
+        ...
+
 
 class SandboxBackend(Protocol):
     """Starts sandboxes from specs or snapshots. One per process; owns cleanup of all."""

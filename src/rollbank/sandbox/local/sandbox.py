@@ -1,7 +1,5 @@
-"""One running local sandbox: exec, files, shell, snapshot, usage, close.
-
-Owns :class:`LocalSandbox`. Started by :class:`~rollbank.sandbox.local.backend.LocalBackend`
-(see :mod:`rollbank.sandbox.local.runtime` for how it is assembled).
+"""One running local sandbox: exec (and pinned exec), files, shell, snapshot, usage, close.
+Started by :class:`~rollbank.sandbox.local.backend.LocalBackend` (assembly: ``runtime``).
 
 Invariants
 - ``exec`` never raises for what the command did; a dead runtime raises
@@ -216,18 +214,20 @@ class LocalSandbox:
         return await self._exec(command, timeout_s=timeout_s, cwd=cwd, env=env, stdin=stdin,
                                 output_limit=output_limit)
 
+    async def kill_leftovers(self) -> None:
+        """SIGKILL everything the sandbox's commands left running (its init stays)."""
+        await self.cgroup.akill_exec_groups()
+
     @property
-    def can_pin(self) -> bool:
-        """Pinned commands need rb-helper (the shell-tool path cannot build the view)."""
+    def can_pin(self) -> bool:  # the shell-tool path (no rb-helper) cannot build the view
         return self._helper is not None
 
     async def exec_pinned(self, command: str | Sequence[str], *, pins: Sequence[str],
                           timeout_s: float | None = None, cwd: str | None = None,
                           env: Mapping[str, str] | None = None, stdin: bytes | None = None,
                           output_limit: int = DEFAULT_OUTPUT_LIMIT) -> ExecResult:
-        """``exec`` in a private mount namespace where ``pins`` (globs allowed) show the
-        pristine layers' files and files the agent added at ``/`` are hidden (the verifier's
-        toolchain: see ``rb-helper vexec``)."""
+        """``exec`` seeing the pristine layers at ``pins`` (globs allowed), files the agent
+        added at ``/`` hidden: the verifier's toolchain (``rb-helper vexec``)."""
         if not self.can_pin:
             raise SandboxError("pinned commands need rb-helper (no C compiler on this host)")
         return await self._exec(command, timeout_s=timeout_s, cwd=cwd, env=env, stdin=stdin,
