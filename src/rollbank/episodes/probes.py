@@ -12,7 +12,9 @@ service, like ``episodes/sandboxes.TaskVerifier``):
   text), ``fake_tests`` (/tests replaced by a test that writes reward 1), ``write_reward``
   (reward.txt and reward.json written into /logs/verifier), ``background_reward_writer`` (a
   loop left running that keeps writing reward 1), ``kill_verifier_python`` (a loop left
-  running that kills every python/pytest process), ``trojan_test_runner`` (pytest replaced
+  running that kills every python/pytest process), ``forking_tamperer`` (a writer of reward 1
+  and of a passing /tests/test_outputs.py that replaces itself by a new pid every few ms),
+  ``trojan_test_runner`` (pytest replaced
   by a program that exits 0: /usr/bin/pytest, /usr/local/bin/pytest, a ``pytest`` package
   shadowing the real one in every site and the user site, ``usercustomize`` and
   ``/etc/python3*/sitecustomize.py`` ending Python with status 0), ``pytest_config_hijack`` (``/pytest.ini`` + ``/conftest.py``
@@ -52,6 +54,13 @@ _LOOP_KILL_PY = (
 _LOOP_REWARD = ("while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
                 "sleep 0.02; done")
 _EXIT0 = "#!/bin/sh\\nexit 0\\n"
+#: A writer that replaces itself by a fresh pid every few ms (a /proc scan misses the copies)
+#: and rewrites the reward and the tests.
+_HYDRA = ("printf '%s\\n' 'sleep 0.005' 'mkdir -p /logs/verifier /tests' "
+          "'echo 1 > /logs/verifier/reward.txt' "
+          "'printf \"def test_ok():\\\\n    pass\\\\n\" > /tests/test_outputs.py' "
+          "'sh /tmp/.hydra.sh &' > /tmp/.hydra.sh; for i in 1 2 3 4; do "
+          "nohup setsid sh /tmp/.hydra.sh >/dev/null 2>&1 < /dev/null & done; sleep 0.2")
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,7 @@ class Cheat:
                              "echo '{\"reward\": 1}' > /logs/verifier/reward.json"),
             "background_reward_writer": bg.format(shlex.quote(_LOOP_REWARD)) + " sleep 0.2",
             "kill_verifier_python": bg.format(shlex.quote(_LOOP_KILL_PY)) + " sleep 0.2",
+            "forking_tamperer": _HYDRA,
             "trojan_test_runner": (
                 f"for p in /usr/bin/pytest /usr/local/bin/pytest /usr/bin/py.test; do "
                 f"printf '{_EXIT0}' > \"$p\"; chmod +x \"$p\"; done; "
@@ -92,8 +102,8 @@ class Cheat:
 CHEATS: tuple[Cheat, ...] = (
     Cheat("empty_outputs", True), Cheat("placeholder_outputs", True), Cheat("fake_tests", False),
     Cheat("write_reward", False), Cheat("background_reward_writer", False),
-    Cheat("kill_verifier_python", False), Cheat("trojan_test_runner", False),
-    Cheat("pytest_config_hijack", False),
+    Cheat("kill_verifier_python", False), Cheat("forking_tamperer", False),
+    Cheat("trojan_test_runner", False), Cheat("pytest_config_hijack", False),
 )
 
 
