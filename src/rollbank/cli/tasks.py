@@ -37,7 +37,8 @@ def register(sub: Any) -> None:
     v.add_argument("--probe", action="store_true",
                    help="also probe the verifier for loopholes: the oracle passes and cheats (empty or "
                    "placeholder outputs, fake tests, a written reward, background writers/killers, a "
-                   "trojan test runner, a pytest config hijack) must not (episodes/probes.py)")
+                   "self-replacing tamperer, a trojan test runner, a pytest config hijack) must "
+                   "not (episodes/probes.py)")
     v.set_defaults(func=_validate)
 
     h = tsub.add_parser("health", help="per-task solve rates across batches and evaluations")

@@ -19,6 +19,11 @@ Owns how a sandbox is assembled. Two equivalent paths: the compiled ``rb-helper`
   size, core=0), enter the anchor's namespaces and root, ``chdir`` *inside* the sandbox, drop
   the capability bounding set to Docker's default set, run the command.
 
+* **pinned exec** (``rb-helper vexec``, helper path only): the init also mounts the pristine
+  layers read-only, bound at :data:`PRISTINE_MOUNT` under an empty tmpfs; a pinned command
+  gets a private mount namespace with the pristine layers at its pinned paths (the verifier's
+  toolchain; see the helper and docs/collect.md, "Verifier isolation").
+
 Invariants: every shell path is quoted; overlay option separators in layer paths are
 rejected; a working directory is never opened on the host side (``nsenter --wd=DIR`` would).
 """
