@@ -154,14 +154,16 @@ async def test_replay_reproduces_the_verdict(tmp_path: Path,
 
 
 async def test_deleted_interpreter_is_the_models_failure(tmp_path: Path) -> None:
+    """The verifier runs on the task's pristine toolchain (episodes/verifier.TOOLCHAIN_PINS):
+    deleting the interpreter no longer breaks it (it did before, and the experiment then
+    called it verifier_broken_by_model); it scores the work instead."""
     tests = "python3 -c \"open('/logs/verifier/reward.txt', 'w').write('0')\"\n"
     task = make_task(tmp_path, tests, timeout_s=30.0)
     t = await run_one(task, bash("rm -rf /usr/lib/python3* /usr/local/lib/python3*"))
     assert t.outcome is not None
     assert (t.outcome.outcome, t.outcome.reason) == (Outcome.MODEL_FAILURE,
-                                                      Reason.VERIFIER_BROKEN_BY_MODEL), \
-        t.outcome.to_dict()
-    assert t.outcome.evidence["experiment"]["pristine_verify"]["reward"] == 0.0
+                                                      Reason.VERIFIED_FAIL), t.outcome.to_dict()
+    assert t.outcome.reward == 0.0
 
 
 @pytest.mark.parametrize("cmd", ["kill -9 1", "kill -9 -1", "rm -rf /usr/*", "find / -delete",
