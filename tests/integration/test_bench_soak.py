@@ -31,6 +31,8 @@ async def test_soak_smoke_samples_each_batch_and_leaks_nothing(tmp_path: Path) -
 def test_judge_flags_growth_beyond_the_allowance() -> None:
     flat = [{k: 10.0 for k in ALLOWANCE} for _ in range(4)]
     assert judge(flat, 1)["flat"]
-    growing = [dict(s, mounts=10.0 + i) for i, s in enumerate(flat)]
-    out = judge(growing, 1)
-    assert not out["flat"] and out["growth"]["mounts"] == 2.0 and out["judged_samples"] == 3
+    growing = [dict(s, mounts=10.0 + i) for i, s in enumerate(flat * 2)]
+    out = judge(growing, 2)  # judged 12..17: floors 12 (first half) and 15 (second half)
+    assert not out["flat"] and out["growth"]["mounts"] == 3.0 and out["judged_samples"] == 6
+    noisy = [dict(s, fds=10.0 + 6 * (i % 2)) for i, s in enumerate(flat * 2)]
+    assert judge(noisy, 2)["flat"]  # in-flight work at a hand-off is not growth

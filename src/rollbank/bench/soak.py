@@ -6,7 +6,8 @@ after every batch is handed over, samples this process and the host: open file d
 threads, resident memory, descendant processes, mounts (host mount table), rollbank
 cgroups (this process's groups under every hierarchy) and live sandboxes. The first
 ``--warmup`` batches are excluded (pools, caches and the warm snapshots fill up then); over
-the rest a resource is *flat* when its last sample is at most its allowance above its first.
+the rest a resource is *flat* when its floor (minimum over the second half of the samples)
+is at most its allowance above its floor over the first half.
 After the collection closes, the same counts must be back at the baseline taken before it
 started (nothing leaked by closing; descriptors of installed packages' files, which a library
 keeps open once loaded, are not counted).
@@ -98,9 +99,15 @@ def sample(live_sandboxes: Callable[[], int]) -> dict[str, float]:
 
 
 def judge(samples: list[dict[str, float]], warmup: int) -> dict[str, Any]:
-    """Growth per resource over the judged samples, and whether each stays in its allowance."""
+    """Growth of each resource's *floor* over the judged samples: the minimum of their second
+    half minus the minimum of their first half (a sample taken at a batch hand-off includes
+    whatever is in flight then; a leak raises the floor), and whether each stays within its
+    allowance."""
     judged = samples[warmup:] if len(samples) > warmup + 1 else samples
-    growth = {k: round(judged[-1][k] - judged[0][k], 1) for k in ALLOWANCE} if judged else {}
+    half = max(1, len(judged) // 2)
+    first, second = judged[:half], judged[half:] or judged[:half]
+    growth = ({k: round(min(x[k] for x in second) - min(x[k] for x in first), 1)
+               for k in ALLOWANCE} if judged else {})
     return {"judged_samples": len(judged), "growth": growth,
             "flat": bool(judged) and all(growth[k] <= ALLOWANCE[k] for k in ALLOWANCE)}
 
