@@ -22,6 +22,7 @@ from rollbank.episodes.verifier import (
     run_verifier,
     verifier_outcome,
 )
+from rollbank.episodes.verifier_pinned import _classify
 from rollbank.sandbox.fake import FakeBackend, FakeSandbox
 from rollbank.sandbox.protocol import ExecResult, SandboxSpec
 from rollbank.tasks.loader import load_task
@@ -201,32 +202,45 @@ class _PinnedFake(FakeSandbox):
                           output_limit: int = 0) -> ExecResult:
         argv = [command] if isinstance(command, str) else list(command)
         self.pinned.append((argv, tuple(pins), dict(env or {}), stdin))
-        if "base64" in argv[2]:  # the reward read: no shim error, reward.txt = 1, no json
-            one = base64.b64encode(b"1\n").decode()
-            return ExecResult(0, None, f"N\nF {one}\nN\n", "", 0.01)
-        return ExecResult(0, None, "", "", 0.01)
+        files = [b"tests ran\n", b"", None, b"1\n", None]  # stdout, stderr, shim error, txt, json
+        lines = ["@@rb rc 0"] + [f"F {base64.b64encode(f).decode()}" if f is not None else "N"
+                                 for f in files]
+        return ExecResult(0, None, "\n".join(lines) + "\n", "", 0.01)
 
 
-async def test_a_pinnable_sandbox_stages_runs_and_reads_on_the_pristine_toolchain() -> None:
-    """Every step that could meet the agent's toolchain (reset + tests upload, test command,
-    reward read) runs pinned; nothing runs on the agent's toolchain."""
+async def test_a_pinnable_sandbox_verifies_in_one_pinned_command() -> None:
+    """Staging, test command and reward read run as ONE command on the pristine toolchain,
+    with /tests, /logs/verifier and the shims private to it; nothing runs unpinned."""
     task = load_task(FIXTURES / "harbor-dockerfile-features")
     sb = _PinnedFake(await _start(_backend(b"1\n")))
     result = await run_verifier(sb, task, kill_leftovers=True)
     assert result.status is VerifierStatus.PASS and result.pinned and sb.killed
+    assert result.stdout_tail == "tests ran\n"
     assert verifier_outcome(result).evidence["verifier_pinned"] is True
     assert sb.commands == []  # no unpinned command at all
-    (prep, _, _, payload), (run, _, env, _), (read, _, _, _) = sb.pinned
-    assert all(p == TOOLCHAIN_PINS for _, p, _, _ in sb.pinned)
-    assert "rm -rf /tests" in prep[2] and "kill -9" in prep[2] and prep[2].endswith("tar -x --no-same-owner -C /")
+    ((argv, pins, env, payload),) = sb.pinned
+    assert pins[:len(TOOLCHAIN_PINS)] == TOOLCHAIN_PINS
+    assert {"+/tests", "+/logs/verifier", f"+{SHIM_DIR}"} <= set(pins)
+    assert "kill -9" in argv[2] and "tar -x --no-same-owner -C /" in argv[2]
+    assert env["ROLLBANK_TEST_COMMAND"] == task.test_command and env["PYTHONNOUSERSITE"] == "1"
     assert payload is not None
     with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
         names = tar.getnames()
         data = tar.extractfile("tests/test.sh")
         assert data is not None and data.read() == (task.tests_dir / "test.sh").read_bytes()
     assert f"{SHIM_DIR.lstrip('/')}/uvx" in names
-    assert "bash /tests/test.sh" in run[2] and env["PYTHONNOUSERSITE"] == "1"
-    assert REWARD_TXT in read and REWARD_JSON in read
+
+
+@pytest.mark.parametrize(("stdout", "status", "exit_code", "signal"), [
+    ("@@rb rc 137\nN\nN\nN\nN\nN\n", VerifierStatus.CRASH, None, 9),  # killed, no reward
+    ("@@rb rc 0\nN\nN\nN\nN\nN\n", VerifierStatus.NO_REWARD, 0, None),
+    ("@@rb prepare-failed\n", VerifierStatus.CRASH, 0, None),
+    ("", VerifierStatus.CRASH, 0, None),  # e.g. the toolchain path was wrecked (exit 126)
+])
+def test_pinned_output_is_classified_like_the_unpinned_verifier(
+        stdout: str, status: VerifierStatus, exit_code: int | None, signal: int | None) -> None:
+    res = _classify(ExecResult(0, None, stdout, "", 1.0))
+    assert res.status is status and res.exit_code == exit_code and res.signal == signal
 
 
 async def test_a_sandbox_that_cannot_pin_is_verified_as_before_and_says_so() -> None:

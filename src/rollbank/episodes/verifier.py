@@ -37,13 +37,9 @@ exit 0 but no reward -> ``verifier_no_reward``; otherwise ``verified_pass`` when
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
-import io
 import json
 import math
 import shlex
-import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -51,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
-from rollbank.errors import SandboxError
 from rollbank.sandbox.protocol import ExecResult, PinnedExec, Sandbox
 from rollbank.tasks.model import Task, TaskFormat
 from rollbank.tasks.shims import SHIM_DIR, shim_files
@@ -231,18 +226,6 @@ async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = False)
     reset = ((KILL_LEFTOVERS if kill_leftovers else "")
              + f"rm -rf /tests {SHIM_DIR}; [ -L /logs ] && rm -f /logs; rm -rf /logs/verifier; "
              f"mkdir -p /tests /logs/verifier /logs/agent {SHIM_DIR}")
-    shims = [(f"{SHIM_DIR.lstrip('/')}/{name}", data, mode)
-             for name, (data, mode) in shim_files().items()]
-    pinned = _pinnable(sandbox)
-    if pinned is not None and kill_leftovers:
-        await pinned.kill_leftovers()  # by cgroup: nothing forks its way past it
-    if pinned is not None:  # one command on the pristine toolchain: reset, tests, shims
-        files = [(f"tests/{rel}", p.read_bytes(), 0o755 if p.stat().st_mode & 0o111 else 0o644)
-                 for rel, p in _files(task.tests_dir) + list(task.extra_test_files)]
-        payload = await asyncio.to_thread(_tar, files + shims)
-        return await pinned.exec_pinned(
-            ["/bin/sh", "-c", reset + " && tar -x --no-same-owner -C /"], pins=TOOLCHAIN_PINS,
-            stdin=payload, timeout_s=60)
     res = await sandbox.exec(["/bin/sh", "-c", reset], timeout_s=60)
     if res.exit_code != 0:
         return res
@@ -255,6 +238,12 @@ async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = False)
 async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None,
                        kill_leftovers: bool = False) -> VerifierResult:
     """Run the task's verifier in ``sandbox`` (after the agent finished) and classify it."""
+    pinned = _pinnable(sandbox)
+    if pinned is not None:  # on the pristine toolchain, in one command
+        from rollbank.episodes.verifier_pinned import run_pinned
+
+        return await run_pinned(pinned, task, timeout_s=timeout_s or task.verifier_timeout_s,
+                                kill_leftovers=kill_leftovers)
     prep = await prepare(sandbox, task, kill_leftovers=kill_leftovers)
     if prep.host_stalled:
         return classify(prep, None, None)
@@ -264,70 +253,29 @@ async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None 
                               error="could not prepare /tests and /logs/verifier")
     command = (f'export PATH={SHIM_DIR}:"$PATH"; export HOME="${{HOME:-/root}}"; '
                f"{task.test_command}")
-    argv = ["/bin/bash", "-c", command]
-    env = {**VERIFIER_ENV, **task.verifier_env}
-    limit = timeout_s or task.verifier_timeout_s
-    pinned = _pinnable(sandbox)
-    if pinned is not None:
-        res = await pinned.exec_pinned(argv, pins=TOOLCHAIN_PINS, env=env, timeout_s=limit,
-                                       output_limit=OUTPUT_LIMIT)
-    else:
-        res = await sandbox.exec(argv, env=env, timeout_s=limit, output_limit=OUTPUT_LIMIT)
-    result = await _result(sandbox, res, pinned)
-    return dataclasses.replace(result, pinned=pinned is not None)
+    res = await sandbox.exec(["/bin/bash", "-c", command],
+                             env={**VERIFIER_ENV, **task.verifier_env},
+                             timeout_s=timeout_s or task.verifier_timeout_s,
+                             output_limit=OUTPUT_LIMIT)
+    if res.timed_out or res.budget_exhausted or res.host_stalled:
+        return classify(res, None, None)
+    shim_error = await _read_optional(sandbox, SHIM_ERROR)
+    if shim_error is not None:
+        return shim_crash(res, shim_error)
+    txt = await _read_optional(sandbox, REWARD_TXT)
+    js = None if txt is not None else await _read_optional(sandbox, REWARD_JSON)
+    return classify(res, txt, js)
 
 
 def _pinnable(sandbox: Sandbox) -> PinnedExec | None:
     return sandbox if isinstance(sandbox, PinnedExec) and sandbox.can_pin else None
 
 
-def _tar(files: list[tuple[str, bytes, int]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        dirs: set[str] = set()
-        for rel, data, mode in files:
-            parts = rel.split("/")[:-1]
-            for i in range(1, len(parts) + 1):
-                d = "/".join(parts[:i])
-                if d not in dirs:
-                    dirs.add(d)
-                    info = tarfile.TarInfo(d)
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(info)
-            info = tarfile.TarInfo(rel)
-            info.size, info.mode = len(data), mode
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-#: Prints each verifier file as "F <base64>" or "N" (missing), read on the pristine toolchain.
-_READ = ('for f in "$@"; do if [ -f "$f" ]; then printf "F "; head -c 65536 -- "$f" | base64 -w0; '
-         'echo; else echo N; fi; done')
-
-
-async def _read_files(sandbox: Sandbox, pinned: PinnedExec | None,
-                      paths: tuple[str, ...]) -> list[str | None]:
-    if pinned is None:
-        return [await _read_optional(sandbox, p) for p in paths]
-    res = await pinned.exec_pinned(["/bin/sh", "-c", _READ, "sh", *paths], pins=TOOLCHAIN_PINS,
-                                   timeout_s=30, output_limit=512 * 1024)
-    lines = res.stdout.splitlines()
-    if res.exit_code != 0 or len(lines) != len(paths):
-        raise SandboxError(f"cannot read the verifier's files: {res.stderr[-500:]}")
-    return [base64.b64decode(ln[2:]).decode("utf-8", "replace") if ln.startswith("F ") else None
-            for ln in lines]
-
-
-async def _result(sandbox: Sandbox, res: ExecResult, pinned: PinnedExec | None) -> VerifierResult:
-    """Classify the test command's run with the reward files it left."""
-    if res.timed_out or res.budget_exhausted or res.host_stalled:
-        return classify(res, None, None)
-    shim_error, txt, js = await _read_files(sandbox, pinned, (SHIM_ERROR, REWARD_TXT, REWARD_JSON))
-    if shim_error is not None:
-        return VerifierResult(VerifierStatus.CRASH, None, exit_code=res.exit_code, signal=res.signal,
-                              duration_s=res.duration_s, stdout_tail=res.stdout[-4000:],
-                              stderr_tail=res.stderr[-4000:], error=shim_error.strip()[:2000])
-    return classify(res, txt, None if txt is not None else js)
+def shim_crash(res: ExecResult, shim_error: str) -> VerifierResult:
+    """A shim recorded a dependency it could not install offline: a verifier crash."""
+    return VerifierResult(VerifierStatus.CRASH, None, exit_code=res.exit_code, signal=res.signal,
+                          duration_s=res.duration_s, stdout_tail=res.stdout[-4000:],
+                          stderr_tail=res.stderr[-4000:], error=shim_error.strip()[:2000])
 
 
 async def run_oracle(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None) -> ExecResult | None:

@@ -25,7 +25,9 @@ command); the helper does the same syscalls in one process:
   path the pristine layers lack: ``/dev/null`` over whatever the agent put there) and every
   non-directory the agent added at ``/`` is covered with ``/dev/null``. Nothing of this is
   visible to the sandbox's other processes. A pin that cannot apply because the agent
-  replaced a pristine directory by a non-directory exits 126 (the command cannot run).
+  replaced a pristine directory by a non-directory exits 126 (the command cannot run). A pin
+  ``+/path`` is a fresh private tmpfs at ``/path`` instead (the verifier's ``/tests`` and
+  ``/logs/verifier``: what the agent's live processes cannot reach).
 
 It is compiled once with the host's C compiler into ``<cache>/bin/rb-helper-<source hash>``
 (atomically renamed into place). Without a compiler the backend uses the shell path of
@@ -160,6 +162,17 @@ static void cover(const char *target) {
     close(fd);
 }
 
+static void private_dir(const char *p) {
+    /* "+/path": a fresh tmpfs only this command sees (the directory is made if missing) */
+    char d[1024];
+    snprintf(d, sizeof d, "%s", p);
+    for (char *c = d + 1; *c; c++)
+        if (*c == '/') { *c = 0; mkdir(d, 0755); *c = '/'; }
+    mkdir(d, 0755);
+    if (mount("rollbank-private", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"))
+        die("private tmpfs");
+}
+
 static void pin(const char *p) {
     char src[1024], opts[4096];
     struct stat ps, as;
@@ -196,8 +209,13 @@ static void pin_toolchain(char *pins) {
     if (unshare(CLONE_NEWNS)) die("unshare verifier mount namespace");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
     if (umount2(PRISTINE, MNT_DETACH)) die("uncover pristine layers");
-    for (char *p = strtok(pins, "\n"); p; p = strtok(NULL, "\n"))
+    char *privates[16];
+    int np = 0;
+    for (char *p = strtok(pins, "\n"); p; p = strtok(NULL, "\n")) {
         if (p[0] == '/') pin(p);
+        else if (p[0] == '+' && np < 16) privates[np++] = p + 1;
+    }
+    for (int i = 0; i < np; i++) private_dir(privates[i]);
     DIR *root = opendir("/");
     if (!root) die("opendir /");
     struct dirent *e;

@@ -93,11 +93,12 @@ def overlay_options(layers: Sequence[Path], upper: str, work: str) -> str:
 def check_pins(pins: Sequence[str]) -> list[str]:
     """Absolute, normalised paths without overlay option separators or newlines."""
     out = []
-    for p in pins:
+    for pin in pins:
+        p = pin[1:] if pin.startswith("+") else pin  # "+/dir": a private tmpfs
         if (not p.startswith("/") or any(c in p for c in ":,\n\\") or len(p) > 900
                 or any(part in ("", ".", "..") for part in p.split("/")[1:])):
-            raise SandboxStartError(f"unusable pinned path: {p!r}")
-        out.append(p)
+            raise SandboxStartError(f"unusable pinned path: {pin!r}")
+        out.append(pin)
     return out
 
 
