@@ -173,3 +173,20 @@ async def test_a_leftover_that_keeps_forking_cannot_tamper_with_the_verification
     assert result.status.value == "fail" and result.reward == 0.0, result
     left = await sb.exec("ps -eo args | grep -v grep | grep -c hydra")
     assert left.stdout.strip() == "0"
+
+
+async def test_a_live_service_cannot_rewrite_the_tests_or_the_reward(backend: LocalBackend) -> None:
+    """Tasks that declare a service keep the agent's processes alive during verification; the
+    verifier's /tests and /logs/verifier are private to it, so a live writer of reward 1 and
+    of a passing test file cannot turn a no-op into a pass (it did before)."""
+    task = next(t for t in load_tasks(["terminal-lite"]) if t.task_id == "hello-greeting")
+    from rollbank.episodes.sandboxes import spec_for
+
+    sb = await backend.start(spec_for(task, EnvironmentBuilder().build(task)))
+    await sb.exec("nohup setsid sh -c 'while :; do mkdir -p /logs/verifier /tests; "
+                  "echo 1 > /logs/verifier/reward.txt; printf \"def test_ok():\\n    pass\\n\" "
+                  "> /tests/test_outputs.py; sleep 0.01; done' >/dev/null 2>&1 < /dev/null &")
+    result = await run_verifier(sb, task, kill_leftovers=False)
+    assert result.status.value == "fail" and result.reward == 0.0 and result.pinned, result
+    still = await sb.exec("sleep 0.1; cat /logs/verifier/reward.txt")
+    assert still.stdout == "1\n"  # control: the writer ran all along, in the sandbox's own view

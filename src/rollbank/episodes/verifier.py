@@ -16,16 +16,18 @@ Sequence (:func:`run_verifier`, called only after the agent finished)
    Sandbox API — the agent never saw them and cannot alter them — and the offline shims
    (:mod:`rollbank.tasks.shims`);
 3. run ``task.test_command`` with the shims first on PATH, the task's verifier env, and the
-   verifier's own timeout (``task.verifier_timeout_s``) on the task's *pristine toolchain*:
-   when the sandbox can (:class:`~rollbank.sandbox.protocol.PinnedExec`), the command runs in
-   a private mount namespace where :data:`TOOLCHAIN_PINS` show the task's built layers, not
-   what the agent made of them, and files the agent added at ``/`` are hidden (a trojan
-   ``pytest``, a ``/pytest.ini`` + ``/conftest.py`` rootdir hijack, an ``/etc/ld.so.preload``
-   do not reach the verifier); user site-packages are off (``PYTHONNOUSERSITE=1``, a task's
-   verifier env may override it). Everything else (``/app``, ``/root``, ``/tmp``, ...) is the
-   agent's: that is what the tests check. See docs/collect.md, "Verifier isolation";
+   verifier's own timeout (``task.verifier_timeout_s``);
 4. read ``/logs/verifier/reward.txt`` (one number) or else ``reward.json`` (named numbers;
    the scalar is their mean).
+
+When the sandbox can pin (:class:`~rollbank.sandbox.protocol.PinnedExec`), steps 1-4 run
+as one command on the task's *pristine toolchain* instead (:mod:`.verifier_pinned`):
+:data:`TOOLCHAIN_PINS` show the task's built layers, not what the agent made of them, files
+the agent added at ``/`` are hidden, and ``/tests``, ``/logs/verifier`` and the shims are
+private to the command (a trojan ``pytest``, a ``/pytest.ini`` + ``/conftest.py`` rootdir
+hijack, an ``/etc/ld.so.preload``, a service rewriting the reward do not reach it); user
+site-packages are off (``PYTHONNOUSERSITE=1``; a task's verifier env may override it). See
+docs/collect.md, "Verifier isolation".
 
 Classification: timeout -> ``verifier_timeout``; a reward that cannot be parsed, or no reward
 and a non-zero exit / signal (e.g. a missing interpreter, exit 126/127), or a shim's record of a
