@@ -321,8 +321,15 @@ async def test_leftover_agent_processes_are_killed_before_verification(tmp_path:
     assert (t.outcome.reason, t.outcome.reward) == (Reason.MAX_TURNS, 0.0), t.outcome.to_dict()
 
 
+SERVICE_ALIVE = ("if ps -eo args | grep -v grep | grep -q 'while true'; then echo 1; else echo 0;"
+                 " fi > /logs/verifier/reward.txt\n")
+
+
 async def test_a_task_declaring_services_keeps_them(tmp_path: Path) -> None:
-    task = make_task(tmp_path, SLOW_ZERO, timeout_s=30.0, services=True)
+    """The agent's processes are alive during verification (the tests can talk to them);
+    they can no longer write the verifier's reward (its /logs/verifier is private), so the
+    tests observe the process itself."""
+    task = make_task(tmp_path, SERVICE_ALIVE, timeout_s=30.0, services=True)
     assert task.services
     t = await run_one(task, bash(LOOP), max_turns=1, use_shell=False)
     assert t.outcome is not None
