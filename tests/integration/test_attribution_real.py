@@ -154,14 +154,16 @@ async def test_replay_reproduces_the_verdict(tmp_path: Path,
 
 
 async def test_deleted_interpreter_is_the_models_failure(tmp_path: Path) -> None:
+    """The verifier runs on the task's pristine toolchain (episodes/verifier.TOOLCHAIN_PINS):
+    deleting the interpreter no longer breaks it (it did before, and the experiment then
+    called it verifier_broken_by_model); it scores the work instead."""
     tests = "python3 -c \"open('/logs/verifier/reward.txt', 'w').write('0')\"\n"
     task = make_task(tmp_path, tests, timeout_s=30.0)
     t = await run_one(task, bash("rm -rf /usr/lib/python3* /usr/local/lib/python3*"))
     assert t.outcome is not None
     assert (t.outcome.outcome, t.outcome.reason) == (Outcome.MODEL_FAILURE,
-                                                      Reason.VERIFIER_BROKEN_BY_MODEL), \
-        t.outcome.to_dict()
-    assert t.outcome.evidence["experiment"]["pristine_verify"]["reward"] == 0.0
+                                                      Reason.VERIFIED_FAIL), t.outcome.to_dict()
+    assert t.outcome.reward == 0.0
 
 
 @pytest.mark.parametrize("cmd", ["kill -9 1", "kill -9 -1", "rm -rf /usr/*", "find / -delete",
@@ -319,8 +321,15 @@ async def test_leftover_agent_processes_are_killed_before_verification(tmp_path:
     assert (t.outcome.reason, t.outcome.reward) == (Reason.MAX_TURNS, 0.0), t.outcome.to_dict()
 
 
+SERVICE_ALIVE = ("if ps -eo args | grep -v grep | grep -q 'while true'; then echo 1; else echo 0;"
+                 " fi > /logs/verifier/reward.txt\n")
+
+
 async def test_a_task_declaring_services_keeps_them(tmp_path: Path) -> None:
-    task = make_task(tmp_path, SLOW_ZERO, timeout_s=30.0, services=True)
+    """The agent's processes are alive during verification (the tests can talk to them);
+    they can no longer write the verifier's reward (its /logs/verifier is private), so the
+    tests observe the process itself."""
+    task = make_task(tmp_path, SERVICE_ALIVE, timeout_s=30.0, services=True)
     assert task.services
     t = await run_one(task, bash(LOOP), max_turns=1, use_shell=False)
     assert t.outcome is not None

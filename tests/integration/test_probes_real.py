@@ -1,9 +1,9 @@
 """Verifier-loophole probes on terminal-lite tasks, in REAL local sandboxes.
 
-The cheats the verifier is built to resist (outputs without the work, fake tests, a written
-reward, processes left running) must fail; the two toolchain cheats (a trojan pytest, a
-pytest rootdir hijack) are reported as loopholes when they pass (they do on terminal-lite as
-of this writing: the verifier runs the agent's own toolchain).
+Every cheat must fail: outputs without the work, fake tests, a written reward, processes
+left running, and the two toolchain cheats (a trojan pytest, a pytest rootdir hijack) that
+passed on every very-easy task before the verifier ran on the task's pristine toolchain
+(``episodes/verifier.TOOLCHAIN_PINS``; this test failed then with both as loopholes).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from rollbank.tasks.loader import load_tasks
 pytestmark = pytest.mark.integration
 
 GUARDED = {"empty_outputs", "placeholder_outputs", "fake_tests", "write_reward",
-           "background_reward_writer", "kill_verifier_python"}
+           "background_reward_writer", "kill_verifier_python", "trojan_test_runner",
+           "pytest_config_hijack"}
 
 
 @pytest.fixture
@@ -32,7 +33,7 @@ async def backend() -> AsyncIterator[LocalBackend]:
 @pytest.mark.parametrize(("task_id", "output"), [("hello-greeting", "/app/greeting.txt"),
                                                  ("count-lines", None),
                                                  ("rename-draft", None)])
-async def test_oracle_passes_and_guarded_cheats_fail(backend: LocalBackend, task_id: str,
+async def test_oracle_passes_and_every_cheat_fails(backend: LocalBackend, task_id: str,
                                                      output: str | None) -> None:
     task = next(t for t in load_tasks(["terminal-lite"]) if t.task_id == task_id)
     rep = await probe_built(task, backend, EnvironmentBuilder())
@@ -47,6 +48,4 @@ async def test_oracle_passes_and_guarded_cheats_fail(backend: LocalBackend, task
         c = by_name[name]
         assert c.error is None and not c.passed, (name, c)
         assert c.status is not None
-    assert rep.loopholes == [c.name for c in rep.cheats if c.status == "pass"]
-    assert set(rep.loopholes) <= {"trojan_test_runner", "pytest_config_hijack"}
-    assert rep.ok is (not rep.loopholes)
+    assert rep.loopholes == [] and rep.ok

@@ -9,7 +9,10 @@ import pytest
 from rollbank.errors import SandboxStartError
 from rollbank.sandbox.local.runtime import (
     DEFAULT_CAP_MASK,
+    PRISTINE_MOUNT,
+    check_pins,
     exec_argv,
+    expand_pins,
     init_argv,
     overlay_options,
     rlimit_shell,
@@ -62,6 +65,37 @@ def test_init_isolates_network_unless_allowed(tmp_path: Path) -> None:
     helper = init_argv(network=False, helper=Path("/h"), rlimit_vals=rlimit_values(
         open_files=64, file_size_mb=2), **kw)  # type: ignore[arg-type]
     assert helper[:4] == ["/h", "init", str(tmp_path / "mnt"), "64"]
-    assert helper[5:7] == ["64", str(2 << 20)]
+    assert helper[5] == f"lowerdir={tmp_path}"  # the pristine layers, for pinned commands
+    assert helper[6:8] == ["64", str(2 << 20)]
+    i = helper.index("--ro-bind", helper.index("/dev"))
+    assert helper[i:i + 7] == ["--ro-bind", f"{tmp_path / 'mnt'}/pristine", PRISTINE_MOUNT,
+                               "--tmpfs", PRISTINE_MOUNT, "--remount-ro", PRISTINE_MOUNT]
+    assert PRISTINE_MOUNT not in closed[-1]  # the shell path has no pristine view
     assert helper[-4:] == ["--as-pid-1", "--", "@ANCHOR@", "anchor"]
     assert "--unshare-user" in helper and "--die-with-parent" in helper
+
+
+def test_pinned_exec_is_a_helper_vexec_with_its_paths(tmp_path: Path) -> None:
+    argv = exec_argv(anchor_pid=7, procs_files=[Path("/cg/x1/cgroup.procs")], rlimits="",
+                     command=["pytest"], cwd="/tests", drop_caps=True, helper=Path("/h"),
+                     pins=["/usr", "/etc/ld.so.preload"])
+    assert argv[:7] == ["/h", "vexec", "7", "/tests", "1024", str(1 << 30), f"{DEFAULT_CAP_MASK:x}"]
+    assert argv[7] == "/usr\n/etc/ld.so.preload"
+    assert argv[8:] == ["1", "/cg/x1/cgroup.procs", "--", "pytest"]
+    with pytest.raises(SandboxStartError, match="rb-helper"):
+        exec_argv(anchor_pid=7, procs_files=[], rlimits="", command="true", cwd="/",
+                  drop_caps=True, pins=["/usr"])
+
+
+@pytest.mark.parametrize("bad", ["usr", "/usr/../etc", "/a,b", "/a:b", "/a\nb", "/usr//bin", "/x/."])
+def test_pins_are_absolute_normalised_paths(bad: str) -> None:
+    with pytest.raises(SandboxStartError):
+        check_pins([bad])
+
+
+def test_pin_globs_expand_against_the_layers(tmp_path: Path) -> None:
+    low, high = tmp_path / "low", tmp_path / "high"
+    (low / "etc/python3.11").mkdir(parents=True)
+    (high / "etc/python3.12").mkdir(parents=True)
+    got = expand_pins(["/usr", "/etc/python3*", "/etc/ld.so.preload", "/usr"], [low, high])
+    assert got == ["/usr", "/etc/python3.11", "/etc/python3.12", "/etc/ld.so.preload"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import io
+import tarfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.verifier import (
     REWARD_JSON,
     REWARD_TXT,
+    TOOLCHAIN_PINS,
     VerifierResult,
     VerifierStatus,
     classify,
@@ -17,6 +22,7 @@ from rollbank.episodes.verifier import (
     run_verifier,
     verifier_outcome,
 )
+from rollbank.episodes.verifier_pinned import _classify
 from rollbank.sandbox.fake import FakeBackend, FakeSandbox
 from rollbank.sandbox.protocol import ExecResult, SandboxSpec
 from rollbank.tasks.loader import load_task
@@ -172,3 +178,74 @@ async def test_oracle_uploads_the_solution_folder_and_runs_it() -> None:
     assert res is not None and res.exit_code == 0
     assert sb.files["/solution/solve.sh"] == (task.path / "solution" / "solve.sh").read_bytes()
     assert sb.files["/app/answer.txt"] == b"ready\n"
+
+
+class _PinnedFake(FakeSandbox):
+    """A fake that can pin: records the pinned commands and answers them from a script
+    (the fake's interpreter has no tar/base64; the real view is tested in integration)."""
+
+    def __init__(self, inner: FakeSandbox) -> None:
+        super().__init__(inner.backend, inner.sandbox_id, inner.spec, inner.files, None)
+        self.pinned: list[tuple[list[str], tuple[str, ...], dict[str, str], bytes | None]] = []
+        self.killed = False
+
+    @property
+    def can_pin(self) -> bool:
+        return True
+
+    async def kill_leftovers(self) -> None:
+        self.killed = True
+
+    async def exec_pinned(self, command: str | Sequence[str], *, pins: Sequence[str],
+                          timeout_s: float | None = None, cwd: str | None = None,
+                          env: Mapping[str, str] | None = None, stdin: bytes | None = None,
+                          output_limit: int = 0) -> ExecResult:
+        argv = [command] if isinstance(command, str) else list(command)
+        self.pinned.append((argv, tuple(pins), dict(env or {}), stdin))
+        files = [b"tests ran\n", b"", None, b"1\n", None]  # stdout, stderr, shim error, txt, json
+        lines = ["@@rb rc 0"] + [f"F {base64.b64encode(f).decode()}" if f is not None else "N"
+                                 for f in files]
+        return ExecResult(0, None, "\n".join(lines) + "\n", "", 0.01)
+
+
+async def test_a_pinnable_sandbox_verifies_in_one_pinned_command() -> None:
+    """Staging, test command and reward read run as ONE command on the pristine toolchain,
+    with /tests, /logs/verifier and the shims private to it; nothing runs unpinned."""
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+    sb = _PinnedFake(await _start(_backend(b"1\n")))
+    result = await run_verifier(sb, task, kill_leftovers=True)
+    assert result.status is VerifierStatus.PASS and result.pinned and sb.killed
+    assert result.stdout_tail == "tests ran\n"
+    assert verifier_outcome(result).evidence["verifier_pinned"] is True
+    assert sb.commands == []  # no unpinned command at all
+    ((argv, pins, env, payload),) = sb.pinned
+    assert pins[:len(TOOLCHAIN_PINS)] == TOOLCHAIN_PINS
+    assert {"+/tests", "+/logs/verifier", f"+{SHIM_DIR}"} <= set(pins)
+    assert "kill -9" in argv[2] and "tar -x --no-same-owner -C /" in argv[2]
+    assert env["ROLLBANK_TEST_COMMAND"] == task.test_command and env["PYTHONNOUSERSITE"] == "1"
+    assert payload is not None
+    with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
+        names = tar.getnames()
+        data = tar.extractfile("tests/test.sh")
+        assert data is not None and data.read() == (task.tests_dir / "test.sh").read_bytes()
+    assert f"{SHIM_DIR.lstrip('/')}/uvx" in names
+
+
+@pytest.mark.parametrize(("stdout", "status", "exit_code", "signal"), [
+    ("@@rb rc 137\nN\nN\nN\nN\nN\n", VerifierStatus.CRASH, None, 9),  # killed, no reward
+    ("@@rb rc 0\nN\nN\nN\nN\nN\n", VerifierStatus.NO_REWARD, 0, None),
+    ("@@rb prepare-failed\n", VerifierStatus.CRASH, 0, None),
+    ("", VerifierStatus.CRASH, 0, None),  # e.g. the toolchain path was wrecked (exit 126)
+])
+def test_pinned_output_is_classified_like_the_unpinned_verifier(
+        stdout: str, status: VerifierStatus, exit_code: int | None, signal: int | None) -> None:
+    res = _classify(ExecResult(0, None, stdout, "", 1.0))
+    assert res.status is status and res.exit_code == exit_code and res.signal == signal
+
+
+async def test_a_sandbox_that_cannot_pin_is_verified_as_before_and_says_so() -> None:
+    task = load_task(FIXTURES / "harbor-dockerfile-features")
+    sb = await _start(_backend(b"1\n"))
+    result = await run_verifier(sb, task)
+    assert result.status is VerifierStatus.PASS and not result.pinned
+    assert verifier_outcome(result).evidence["verifier_pinned"] is False

@@ -33,11 +33,13 @@ def register(sub: Any) -> None:
     v = tsub.add_parser("validate", help="build each task, check oracle = 1 and no-op != 1")
     v.add_argument("paths", nargs="+", metavar="PATH")
     v.add_argument("--json", action="store_true", help="one JSON object per task, as each finishes")
-    v.add_argument("--jobs", type=int, default=1, help="tasks validated concurrently (default 1)")
+    v.add_argument("--jobs", type=int, default=1,
+                   help="tasks validated (and probed) concurrently (default 1)")
     v.add_argument("--probe", action="store_true",
                    help="also probe the verifier for loopholes: the oracle passes and cheats (empty or "
                    "placeholder outputs, fake tests, a written reward, background writers/killers, a "
-                   "trojan test runner, a pytest config hijack) must not (episodes/probes.py)")
+                   "self-replacing tamperer, a trojan test runner, a pytest config hijack) must "
+                   "not (episodes/probes.py)")
     v.set_defaults(func=_validate)
 
     h = tsub.add_parser("health", help="per-task solve rates across batches and evaluations")
@@ -178,27 +180,40 @@ async def _validate_async(tasks: list[Any], args: argparse.Namespace, load_faile
 
 
 async def _probe(tasks: list[Any], backend: Any, args: argparse.Namespace) -> list[Any]:
+    """Probe every task, ``--jobs`` at a time; each report is shown as it finishes."""
+    import asyncio
+
     from rollbank.episodes.probes import probe_built
     from rollbank.tasks.builder import EnvironmentBuilder
 
     builder = EnvironmentBuilder()
-    reports = []
-    for task in tasks:
-        rep = await probe_built(task, backend, builder)
-        reports.append(rep)
-        if args.json:
-            print(json.dumps({"probe": rep.to_dict()}), flush=True)
-            continue
-        if rep.skipped:
-            print(f"PROBE {rep.task_id:32s} skipped: {rep.skipped}", flush=True)
-            continue
-        oracle = rep.oracle.status if rep.oracle else "-"
-        cheats = " ".join(f"{c.name}={(c.error and 'error') or c.status}" for c in rep.cheats)
-        mark = "PASS" if rep.ok else "FAIL"
-        print(f"PROBE {mark} {rep.task_id:27s} oracle={oracle} outputs={len(rep.outputs)} {cheats}"
-              + (f"\n      loopholes: {', '.join(rep.loopholes)}" if rep.loopholes else ""),
-              flush=True)
-    return reports
+    sem = asyncio.Semaphore(max(1, args.jobs))
+    reports: dict[int, Any] = {}
+
+    async def one(i: int, task: Any) -> None:
+        async with sem:
+            reports[i] = rep = await probe_built(task, backend, builder)
+        _show_probe(rep, args)
+
+    async with asyncio.TaskGroup() as tg:
+        for i, task in enumerate(tasks):
+            tg.create_task(one(i, task))
+    return [reports[i] for i in range(len(tasks))]
+
+
+def _show_probe(rep: Any, args: argparse.Namespace) -> None:
+    if args.json:
+        print(json.dumps({"probe": rep.to_dict()}), flush=True)
+        return
+    if rep.skipped:
+        print(f"PROBE {rep.task_id:32s} skipped: {rep.skipped}", flush=True)
+        return
+    oracle = rep.oracle.status if rep.oracle else "-"
+    cheats = " ".join(f"{c.name}={(c.error and 'error') or c.status}" for c in rep.cheats)
+    mark = "PASS" if rep.ok else "FAIL"
+    print(f"PROBE {mark} {rep.task_id:27s} oracle={oracle} outputs={len(rep.outputs)} {cheats}"
+          + (f"\n      loopholes: {', '.join(rep.loopholes)}" if rep.loopholes else ""),
+          flush=True)
 
 
 def _health(args: argparse.Namespace) -> int:

@@ -12,9 +12,12 @@ service, like ``episodes/sandboxes.TaskVerifier``):
   text), ``fake_tests`` (/tests replaced by a test that writes reward 1), ``write_reward``
   (reward.txt and reward.json written into /logs/verifier), ``background_reward_writer`` (a
   loop left running that keeps writing reward 1), ``kill_verifier_python`` (a loop left
-  running that kills every python/pytest process), ``trojan_test_runner`` (pytest replaced
-  by a program that exits 0: /usr/bin/pytest, /usr/local/bin/pytest, and a ``pytest``
-  package shadowing the real one), ``pytest_config_hijack`` (``/pytest.ini`` + ``/conftest.py``
+  running that kills every python/pytest process), ``forking_tamperer`` (a writer of reward 1
+  and of a passing /tests/test_outputs.py that replaces itself by a new pid every few ms),
+  ``trojan_test_runner`` (pytest replaced
+  by a program that exits 0: /usr/bin/pytest, /usr/local/bin/pytest, a ``pytest`` package
+  shadowing the real one in every site and the user site, ``usercustomize`` and
+  ``/etc/python3*/sitecustomize.py`` ending Python with status 0), ``pytest_config_hijack`` (``/pytest.ini`` + ``/conftest.py``
   that ends the test process with status 0: pytest takes / as its rootdir).
 
 A cheat that passes is a *loophole*: the task's verifier can be gamed by a policy. The no-op
@@ -51,6 +54,13 @@ _LOOP_KILL_PY = (
 _LOOP_REWARD = ("while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
                 "sleep 0.02; done")
 _EXIT0 = "#!/bin/sh\\nexit 0\\n"
+#: A writer that replaces itself by a fresh pid every few ms (a /proc scan misses the copies)
+#: and rewrites the reward and the tests.
+_HYDRA = ("printf '%s\\n' 'sleep 0.005' 'mkdir -p /logs/verifier /tests' "
+          "'echo 1 > /logs/verifier/reward.txt' "
+          "'printf \"def test_ok():\\\\n    pass\\\\n\" > /tests/test_outputs.py' "
+          "'sh /tmp/.hydra.sh &' > /tmp/.hydra.sh; for i in 1 2 3 4; do "
+          "nohup setsid sh /tmp/.hydra.sh >/dev/null 2>&1 < /dev/null & done; sleep 0.2")
 
 
 @dataclass(frozen=True)
@@ -72,13 +82,18 @@ class Cheat:
                              "echo '{\"reward\": 1}' > /logs/verifier/reward.json"),
             "background_reward_writer": bg.format(shlex.quote(_LOOP_REWARD)) + " sleep 0.2",
             "kill_verifier_python": bg.format(shlex.quote(_LOOP_KILL_PY)) + " sleep 0.2",
+            "forking_tamperer": _HYDRA,
             "trojan_test_runner": (
                 f"for p in /usr/bin/pytest /usr/local/bin/pytest /usr/bin/py.test; do "
                 f"printf '{_EXIT0}' > \"$p\"; chmod +x \"$p\"; done; "
-                "for d in $(python3 -c 'import site; print(\" \".join(site.getsitepackages()))' "
+                "for d in $(python3 -c 'import site; print(\" \".join(site.getsitepackages()"
+                " + [site.getusersitepackages()]))' "
                 "2>/dev/null); do mkdir -p \"$d/pytest\" && "
                 "printf 'import os\\nos._exit(0)\\n' > \"$d/pytest/__init__.py\" && "
-                "cp \"$d/pytest/__init__.py\" \"$d/pytest/__main__.py\"; done; true"),
+                "cp \"$d/pytest/__init__.py\" \"$d/pytest/__main__.py\" && "
+                "cp \"$d/pytest/__init__.py\" \"$d/usercustomize.py\"; done; "
+                "for d in /etc/python3*; do [ -d \"$d\" ] && "
+                "printf 'import os\\nos._exit(0)\\n' > \"$d/sitecustomize.py\"; done; true"),
             "pytest_config_hijack": ("printf '[pytest]\\n' > /pytest.ini && "
                                      "printf 'import os\\nos._exit(0)\\n' > /conftest.py"),
         }[self.name]
@@ -87,8 +102,8 @@ class Cheat:
 CHEATS: tuple[Cheat, ...] = (
     Cheat("empty_outputs", True), Cheat("placeholder_outputs", True), Cheat("fake_tests", False),
     Cheat("write_reward", False), Cheat("background_reward_writer", False),
-    Cheat("kill_verifier_python", False), Cheat("trojan_test_runner", False),
-    Cheat("pytest_config_hijack", False),
+    Cheat("kill_verifier_python", False), Cheat("forking_tamperer", False),
+    Cheat("trojan_test_runner", False), Cheat("pytest_config_hijack", False),
 )
 
 
@@ -175,7 +190,8 @@ async def probe_task(task: Task, backend: SandboxBackend, spec: SandboxSpec,
     return rep
 
 
-async def probe_built(task: Task, backend: SandboxBackend, builder: EnvironmentBuilder) -> ProbeReport:
+async def probe_built(task: Task, backend: SandboxBackend, builder: EnvironmentBuilder,
+                      cheats: Sequence[Cheat] = CHEATS) -> ProbeReport:
     """Build (or find cached) the task's environment, then :func:`probe_task`."""
     from rollbank.episodes.validate import spec_for
 
@@ -183,4 +199,4 @@ async def probe_built(task: Task, backend: SandboxBackend, builder: EnvironmentB
         built = await asyncio.to_thread(builder.build, task)
     except InputError as exc:
         return ProbeReport(task.task_id, skipped=f"build failed: {exc}")
-    return await probe_task(task, backend, spec_for(task, built))
+    return await probe_task(task, backend, spec_for(task, built), cheats)

@@ -29,11 +29,13 @@ from rollbank.episodes.attribution import VerifierVerdict
 from rollbank.episodes.config import SandboxSection
 from rollbank.episodes.outcome import Reason
 from rollbank.episodes.sources import Acquired, SandboxPlane
+from rollbank.errors import SandboxError
 from rollbank.sandbox.protocol import (
     DEFAULT_OUTPUT_LIMIT,
     CapacityFeed,
     ExecResult,
     Limits,
+    PinnedExec,
     Sandbox,
     SandboxBackend,
     SandboxSpec,
@@ -189,6 +191,23 @@ class _CleanupSandbox:
                    ) -> ExecResult:
         return await self._inner.exec(command, timeout_s=timeout_s, cwd=cwd, env=env,
                                       stdin=stdin, output_limit=output_limit)
+
+    @property
+    def can_pin(self) -> bool:
+        return isinstance(self._inner, PinnedExec) and self._inner.can_pin
+
+    async def exec_pinned(self, command: str | Sequence[str], *, pins: Sequence[str],
+                          timeout_s: float | None = None, cwd: str | None = None,
+                          env: Mapping[str, str] | None = None, stdin: bytes | None = None,
+                          output_limit: int = DEFAULT_OUTPUT_LIMIT) -> ExecResult:
+        if not isinstance(self._inner, PinnedExec):
+            raise SandboxError("this sandbox cannot run pinned commands")
+        return await self._inner.exec_pinned(command, pins=pins, timeout_s=timeout_s, cwd=cwd,
+                                             env=env, stdin=stdin, output_limit=output_limit)
+
+    async def kill_leftovers(self) -> None:
+        if isinstance(self._inner, PinnedExec):
+            await self._inner.kill_leftovers()
 
     async def write_file(self, path: str, data: bytes, *, mode: int = 0o644) -> None:
         await self._inner.write_file(path, data, mode=mode)

@@ -5,9 +5,11 @@ Owns: the verifier protocol shared by Harbor and Terminal-Bench 1 tasks and its 
 
 Sequence (:func:`run_verifier`, called only after the agent finished)
 1. remove ``/tests``, ``/logs/verifier`` and the shim directory and recreate them empty
-   (``/logs`` if it is a symlink is replaced). ``kill_leftovers=True`` SIGKILLs every pid
-   of the sandbox but pid 1, the backend's ``sleep infinity`` anchor and the reset shell (a
-   background loop could otherwise rewrite the reward file). The collection's verifier
+   (``/logs`` if it is a symlink is replaced). ``kill_leftovers=True`` SIGKILLs every
+   process the agent left (a background loop could otherwise rewrite the reward file or the
+   tests): by cgroup when the sandbox can (``PinnedExec.kill_leftovers``: a process that
+   keeps forking copies of itself cannot slip through), then every pid of the sandbox but
+   pid 1, the backend's ``sleep infinity`` anchor and the reset shell. The collection's verifier
    (``episodes/sandboxes.TaskVerifier``) passes it for every task that does not declare a
    service (``Task.services``): tasks about services on loopback need them alive;
 2. write the task's tests (and e.g. TB1's run-tests.sh) into the fresh ``/tests`` through the
@@ -17,6 +19,15 @@ Sequence (:func:`run_verifier`, called only after the agent finished)
    verifier's own timeout (``task.verifier_timeout_s``);
 4. read ``/logs/verifier/reward.txt`` (one number) or else ``reward.json`` (named numbers;
    the scalar is their mean).
+
+When the sandbox can pin (:class:`~rollbank.sandbox.protocol.PinnedExec`), steps 1-4 run
+as one command on the task's *pristine toolchain* instead (:mod:`.verifier_pinned`):
+:data:`TOOLCHAIN_PINS` show the task's built layers, not what the agent made of them, files
+the agent added at ``/`` are hidden, and ``/tests``, ``/logs/verifier`` and the shims are
+private to the command (a trojan ``pytest``, a ``/pytest.ini`` + ``/conftest.py`` rootdir
+hijack, an ``/etc/ld.so.preload``, a service rewriting the reward do not reach it); user
+site-packages are off (``PYTHONNOUSERSITE=1``; a task's verifier env may override it). See
+docs/collect.md, "Verifier isolation".
 
 Classification: timeout -> ``verifier_timeout``; a reward that cannot be parsed, or no reward
 and a non-zero exit / signal (e.g. a missing interpreter, exit 126/127), or a shim's record of a
@@ -38,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
-from rollbank.sandbox.protocol import ExecResult, Sandbox
+from rollbank.sandbox.protocol import ExecResult, PinnedExec, Sandbox
 from rollbank.tasks.model import Task, TaskFormat
 from rollbank.tasks.shims import SHIM_DIR, shim_files
 
@@ -56,6 +67,14 @@ KILL_LEFTOVERS = (
     'case "$c" in "sleep infinity "|"/bin/sleep infinity ") continue;; esac; '
     'kill -9 "$p" 2>/dev/null; done; '
 )
+#: Paths the verifier always takes from the task's pristine layers (globs allowed): the
+#: interpreters, test runners, shells and libraries under /usr (/bin, /lib... are symlinks
+#: into it), and the /etc files that steer them (dynamic loader, alternatives, Python's
+#: sitecustomize). A path the pristine layers lack is hidden if the agent created it.
+TOOLCHAIN_PINS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf",
+                  "/etc/ld.so.conf.d", "/etc/ld.so.preload", "/etc/python3*")
+#: The verifier's default environment (the task's verifier env is applied on top).
+VERIFIER_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class VerifierStatus(StrEnum):
@@ -78,6 +97,7 @@ class VerifierResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     error: str | None = None
+    pinned: bool = False  # the test command ran on the pristine toolchain (TOOLCHAIN_PINS)
 
     @property
     def passed(self) -> bool:
@@ -98,7 +118,8 @@ def verifier_outcome(result: VerifierResult) -> EpisodeOutcome:
     """Map a verifier result to the episode's verdict (infra reasons for verifier faults)."""
     evidence: dict[str, Any] = {"verifier_exit_code": result.exit_code,
                                 "verifier_signal": result.signal,
-                                "verifier_duration_s": round(result.duration_s, 3)}
+                                "verifier_duration_s": round(result.duration_s, 3),
+                                "verifier_pinned": result.pinned}
     if result.error:
         evidence["verifier_error"] = result.error
     if result.status in (VerifierStatus.CRASH, VerifierStatus.TIMEOUT, VerifierStatus.NO_REWARD):
@@ -219,6 +240,12 @@ async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = False)
 async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None,
                        kill_leftovers: bool = False) -> VerifierResult:
     """Run the task's verifier in ``sandbox`` (after the agent finished) and classify it."""
+    pinned = _pinnable(sandbox)
+    if pinned is not None:  # on the pristine toolchain, in one command
+        from rollbank.episodes.verifier_pinned import run_pinned
+
+        return await run_pinned(pinned, task, timeout_s=timeout_s or task.verifier_timeout_s,
+                                kill_leftovers=kill_leftovers)
     prep = await prepare(sandbox, task, kill_leftovers=kill_leftovers)
     if prep.host_stalled:
         return classify(prep, None, None)
@@ -228,19 +255,29 @@ async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None 
                               error="could not prepare /tests and /logs/verifier")
     command = (f'export PATH={SHIM_DIR}:"$PATH"; export HOME="${{HOME:-/root}}"; '
                f"{task.test_command}")
-    res = await sandbox.exec(["/bin/bash", "-c", command], env=dict(task.verifier_env),
+    res = await sandbox.exec(["/bin/bash", "-c", command],
+                             env={**VERIFIER_ENV, **task.verifier_env},
                              timeout_s=timeout_s or task.verifier_timeout_s,
                              output_limit=OUTPUT_LIMIT)
     if res.timed_out or res.budget_exhausted or res.host_stalled:
         return classify(res, None, None)
     shim_error = await _read_optional(sandbox, SHIM_ERROR)
     if shim_error is not None:
-        return VerifierResult(VerifierStatus.CRASH, None, exit_code=res.exit_code, signal=res.signal,
-                              duration_s=res.duration_s, stdout_tail=res.stdout[-4000:],
-                              stderr_tail=res.stderr[-4000:], error=shim_error.strip()[:2000])
+        return shim_crash(res, shim_error)
     txt = await _read_optional(sandbox, REWARD_TXT)
     js = None if txt is not None else await _read_optional(sandbox, REWARD_JSON)
     return classify(res, txt, js)
+
+
+def _pinnable(sandbox: Sandbox) -> PinnedExec | None:
+    return sandbox if isinstance(sandbox, PinnedExec) and sandbox.can_pin else None
+
+
+def shim_crash(res: ExecResult, shim_error: str) -> VerifierResult:
+    """A shim recorded a dependency it could not install offline: a verifier crash."""
+    return VerifierResult(VerifierStatus.CRASH, None, exit_code=res.exit_code, signal=res.signal,
+                          duration_s=res.duration_s, stdout_tail=res.stdout[-4000:],
+                          stderr_tail=res.stderr[-4000:], error=shim_error.strip()[:2000])
 
 
 async def run_oracle(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None) -> ExecResult | None:

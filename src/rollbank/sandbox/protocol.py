@@ -159,6 +159,35 @@ class Sandbox(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
+class PinnedExec(Protocol):
+    """Optional sandbox capability: run a command (the verifier) with the sandbox's current
+    state except ``pins``, which show the *pristine* layers' version (the toolchain the
+    task was built with), and files the agent added at ``/`` hidden. The view is private to
+    that command; the sandbox's other processes keep theirs. ``can_pin`` False: this sandbox
+    cannot (the caller falls back to ``exec`` and says so)."""
+
+    @property
+    def can_pin(self) -> bool: ...
+
+    async def exec_pinned(
+        self,
+        command: str | Sequence[str],
+        *,
+        pins: Sequence[str],
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> ExecResult: ...
+
+    async def kill_leftovers(self) -> None:
+        """SIGKILL every process the sandbox's commands left running, with no race against
+        one that keeps forking (the sandbox itself stays up)."""
+        ...
+
+
 class SandboxBackend(Protocol):
     """Starts sandboxes from specs or snapshots. One per process; owns cleanup of all."""
 

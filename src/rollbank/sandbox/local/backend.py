@@ -105,6 +105,10 @@ class LocalBackend:
             if self.config.reap_on_start:
                 self.reap()
             self.mount_dir.mkdir(parents=True, exist_ok=True)
+            # root only: snapshots are faithful copies (a setuid-root file an agent made stays
+            # setuid) and must not be reachable by the host's other users
+            self._owner_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._owner_dir.chmod(0o700)
             self.snapshot_dir.mkdir(parents=True, exist_ok=True)
             (self._owner_dir / "err").mkdir(parents=True, exist_ok=True)
             self._layout = CgroupLayout.detect()

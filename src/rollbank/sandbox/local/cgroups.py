@@ -303,6 +303,13 @@ class SandboxCgroup:
         with contextlib.suppress(OSError):
             g.rmdir()
 
+    async def akill_exec_groups(self) -> None:
+        """Kill every per-command group (what commands left running), one ``cgroup.kill``
+        each: a process that keeps forking new copies cannot slip out. The init stays."""
+        groups = [] if self.v2 is None else [p.name for p in self.v2.glob("x*") if p.is_dir()]
+        for name in groups:
+            await self.akill_exec_group(name)
+
     def remove(self) -> None:
         for p in [*self.v1.values(), *([self.v2] if self.v2 else [])]:
             _rmtree_cgroup(p)

@@ -4,9 +4,11 @@ Owns the helper's source and its build. Starting a sandbox and running a command
 handful of process executions when done with shell tools (measured here: ~4 ms of CPU per
 command); the helper does the same syscalls in one process:
 
-* ``rb-helper init MOUNT_DIR STORAGE_MB OVERLAY_OPTS NOFILE FSIZE N CG... -- BWRAP ARGV``:
+* ``rb-helper init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE N CG... -- BWRAP ARGV``:
   ``unshare(CLONE_NEWNS)`` + private propagation, join the cgroups, set rlimits (core 0,
-  open files, file size), mount the tmpfs writable layer and the overlay, exec bubblewrap.
+  open files, file size), mount the tmpfs writable layer and the overlay, mount the pristine
+  layers read-only at ``MOUNT_DIR/pristine`` (``PRISTINE``: ``lowerdir=`` options, a bind for
+  one layer, ``-`` for none; bwrap hides it under an empty tmpfs), exec bubblewrap.
 * ``rb-helper anchor``: the sandbox's pid 1 (``bwrap --as-pid-1``), run from a descriptor
   the init inherits to bwrap: it cannot be killed from inside the sandbox (a model's
   ``kill -9 -1`` does not take the sandbox down) and it reaps orphaned processes.
@@ -16,6 +18,16 @@ command); the helper does the same syscalls in one process:
   sandbox, drop the capability bounding set to ``CAPMASK`` (0 = keep) and clear inheritable
   and ambient capabilities, fork (the pid namespace applies to children), exec ARGV, and
   mirror the child's exit status or signal.
+* ``rb-helper vexec ANCHOR CWD NOFILE FSIZE CAPMASK PINS N CG... -- ARGV``: ``exec``, but the
+  child first gets a private mount namespace (inside the sandbox's user namespace) in which
+  each path of ``PINS`` (newline-separated) shows the pristine layers' version (a directory:
+  an overlay of the pristine one with a throw-away tmpfs upper; a file: a read-only bind; a
+  path the pristine layers lack: ``/dev/null`` over whatever the agent put there) and every
+  non-directory the agent added at ``/`` is covered with ``/dev/null``. Nothing of this is
+  visible to the sandbox's other processes. A pin that cannot apply because the agent
+  replaced a pristine directory by a non-directory exits 126 (the command cannot run). A pin
+  ``+/path`` is a fresh private tmpfs at ``/path`` instead (the verifier's ``/tests`` and
+  ``/logs/verifier``: what the agent's live processes cannot reach).
 
 It is compiled once with the host's C compiler into ``<cache>/bin/rb-helper-<source hash>``
 (atomically renamed into place). Without a compiler the backend uses the shell path of
@@ -35,14 +47,17 @@ from rollbank.config import cache_dir
 
 SOURCE = r"""
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/nsfs.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -76,17 +91,17 @@ static void set_limits(const char *nofile, const char *fsize) {
 }
 
 static int do_init(int argc, char **argv) {
-    /* init MOUNT_DIR STORAGE_MB OVERLAY_OPTS NOFILE FSIZE N CG... -- ARGV */
-    if (argc < 8) { fprintf(stderr, "rb-helper: init: bad arguments\n"); return 125; }
+    /* init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE N CG... -- ARGV */
+    if (argc < 9) { fprintf(stderr, "rb-helper: init: bad arguments\n"); return 125; }
     const char *mdir = argv[2];
-    int n = atoi(argv[7]);
-    if (argc < 8 + n + 2 || strcmp(argv[8 + n], "--") != 0) {
+    int n = atoi(argv[8]);
+    if (argc < 9 + n + 2 || strcmp(argv[9 + n], "--") != 0) {
         fprintf(stderr, "rb-helper: init: bad arguments\n"); return 125;
     }
     if (unshare(CLONE_NEWNS)) die("unshare mount namespace");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
-    join_cgroups(n, argv + 8);
-    set_limits(argv[5], argv[6]);
+    join_cgroups(n, argv + 9);
+    set_limits(argv[6], argv[7]);
     char opts[64], path[4096];
     snprintf(opts, sizeof opts, "size=%sm,mode=0755", argv[3]);
     if (mount("rollbank-upper", mdir, "tmpfs", MS_NOSUID | MS_NODEV, opts)) die("mount tmpfs");
@@ -96,7 +111,19 @@ static int do_init(int argc, char **argv) {
         if (mkdir(path, 0755)) die("mkdir");
     }
     if (mount("rollbank", path, "overlay", 0, argv[4])) die("mount overlay");
-    char **cmd = argv + 8 + n + 1;
+    const char *pristine = argv[5];
+    if (strcmp(pristine, "-") != 0) {
+        snprintf(path, sizeof path, "%s/pristine", mdir);
+        if (mkdir(path, 0755)) die("mkdir pristine");
+        if (strchr(pristine, ':') == NULL && strncmp(pristine, "lowerdir=", 9) == 0) {
+            if (mount(pristine + 9, path, NULL, MS_BIND | MS_REC, NULL)) die("bind pristine");
+            if (mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL))
+                die("remount pristine read-only");
+        } else if (mount("rollbank-pristine", path, "overlay", MS_RDONLY, pristine)) {
+            die("mount pristine overlay");
+        }
+    }
+    char **cmd = argv + 9 + n + 1;
     /* The anchor is this very binary, run by bwrap as the sandbox's pid 1 from an inherited
        descriptor (it is not in the sandbox's filesystem): "@ANCHOR@" -> /proc/self/fd/N. */
     static char anchor_path[64];
@@ -110,8 +137,109 @@ static int do_init(int argc, char **argv) {
     return 125;
 }
 
+#define PRISTINE "/dev/.rollbank-pristine"
+
+static void drop_caps(unsigned long long keep) {
+    if (!keep) return;
+    for (int cap = 63; cap >= 0; cap--)
+        if (!(keep & (1ULL << cap)) && prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1)
+            if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)) die("drop capability");
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d)) die("capget");
+    d[0].inheritable = d[1].inheritable = 0;
+    if (syscall(SYS_capset, &h, d)) die("capset");
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+}
+
+static void cover(const char *target) {
+    /* /dev/null over a non-directory (a symlink itself, through an O_PATH descriptor) */
+    char fdp[64];
+    int fd = open(target, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", fd);
+    if (mount("/dev/null", fdp, NULL, MS_BIND, NULL)) die("cover");
+    close(fd);
+}
+
+static void private_dir(const char *p) {
+    /* "+/path": a fresh tmpfs only this command sees (the directory is made if missing) */
+    char d[1024];
+    snprintf(d, sizeof d, "%s", p);
+    for (char *c = d + 1; *c; c++)
+        if (*c == '/') { *c = 0; mkdir(d, 0755); *c = '/'; }
+    mkdir(d, 0755);
+    if (mount("rollbank-private", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"))
+        die("private tmpfs");
+}
+
+static void pin(const char *p) {
+    char src[1024], opts[4096];
+    struct stat ps, as;
+    snprintf(src, sizeof src, PRISTINE "%s", p);
+    int have = lstat(p, &as) == 0;
+    if (lstat(src, &ps) != 0) {  /* not in the pristine layers: hide what the agent put there */
+        if (have && !S_ISDIR(as.st_mode)) cover(p);
+        return;
+    }
+    if (!have) return;
+    if (S_ISDIR(ps.st_mode) != S_ISDIR(as.st_mode)) {
+        fprintf(stderr, "rollbank: the verifier's toolchain path %s was replaced in the "
+                "sandbox\n", p);
+        _exit(126);
+    }
+    if (!S_ISDIR(ps.st_mode)) {
+        if (S_ISLNK(as.st_mode) || S_ISLNK(ps.st_mode)) { cover(p); return; }
+        if (mount(src, p, NULL, MS_BIND, NULL)) die("bind pinned file");
+        if (mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL)) die("remount pin");
+        return;
+    }
+    /* a throw-away tmpfs holds the upper layer; the overlay goes on top of it */
+    if (mount("rollbank-pin", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")) die("pin tmpfs");
+    char up[1100], wk[1100];
+    snprintf(up, sizeof up, "%s/.u", p);
+    snprintf(wk, sizeof wk, "%s/.w", p);
+    if (mkdir(up, 0755) || mkdir(wk, 0755)) die("pin dirs");
+    snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", src, up, wk);
+    if (mount("rollbank-pin", p, "overlay", 0, opts)) die("pin overlay");
+}
+
+static void pin_toolchain(char *pins) {
+    /* in the forked child (its /proc/self is the sandbox's), before exec */
+    if (unshare(CLONE_NEWNS)) die("unshare verifier mount namespace");
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
+    if (umount2(PRISTINE, MNT_DETACH)) die("uncover pristine layers");
+    char *privates[16];
+    int np = 0;
+    for (char *p = strtok(pins, "\n"); p; p = strtok(NULL, "\n")) {
+        if (p[0] == '/') pin(p);
+        else if (p[0] == '+' && np < 16) privates[np++] = p + 1;
+    }
+    for (int i = 0; i < np; i++) private_dir(privates[i]);
+    DIR *root = opendir("/");
+    if (!root) die("opendir /");
+    struct dirent *e;
+    char path[512], src[600];
+    struct stat st;
+    while ((e = readdir(root)) != NULL) {  /* files the agent added at / (pytest.ini...) */
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "/%s", e->d_name);
+        snprintf(src, sizeof src, PRISTINE "/%s", e->d_name);
+        if (lstat(path, &st) || S_ISDIR(st.st_mode) || lstat(src, &st) == 0) continue;
+        cover(path);
+    }
+    closedir(root);
+}
+
 static int do_exec(int argc, char **argv) {
-    /* exec ANCHOR CWD NOFILE FSIZE CAPMASK N CG... -- ARGV */
+    /* exec ANCHOR CWD NOFILE FSIZE CAPMASK N CG... -- ARGV
+       vexec ANCHOR CWD NOFILE FSIZE CAPMASK PINS N CG... -- ARGV */
+    char *pins = NULL;
+    if (strcmp(argv[1], "vexec") == 0 && argc > 7) {
+        pins = argv[7];
+        for (int i = 7; i < argc; i++) argv[i] = argv[i + 1];  /* argv[argc] is NULL */
+        argc--;
+    }
     if (argc < 9) { fprintf(stderr, "rb-helper: exec: bad arguments\n"); return 125; }
     int anchor = atoi(argv[2]);
     const char *cwd = argv[3];
@@ -132,6 +260,20 @@ static int do_exec(int argc, char **argv) {
     if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0)) die("anchor gone");
     int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET |
                 CLONE_NEWPID | CLONE_NEWCGROUP;
+    int userfd = -1;
+    if (pins) {
+        /* The sandbox's user namespace is nested in bwrap's outer one, which owns the mount
+           namespace: a private copy made from the nested one would lock every mount (the
+           pristine layers could not be uncovered). Build the view as the outer namespace's
+           root, then enter the sandbox's own user namespace before running the command. */
+        snprintf(path, sizeof path, "/proc/%d/ns/user", anchor);
+        userfd = open(path, O_RDONLY | O_CLOEXEC);
+        if (userfd < 0) die("open anchor user namespace");
+        int outer = ioctl(userfd, NS_GET_PARENT);
+        if (outer < 0 || setns(outer, CLONE_NEWUSER)) die("enter outer user namespace");
+        close(outer);
+        flags &= ~CLONE_NEWUSER;
+    }
     if (setns(pidfd, flags)) die("setns");
     close(pidfd);
     if (fchdir(rootfd) || chroot(".")) die("chroot");
@@ -140,21 +282,21 @@ static int do_exec(int argc, char **argv) {
         fprintf(stderr, "rb-helper: cannot change directory to %s: %s\n", cwd, strerror(errno));
         return 1;
     }
-    if (keep) {
-        for (int cap = 63; cap >= 0; cap--)
-            if (!(keep & (1ULL << cap)) && prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1)
-                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)) die("drop capability");
-        struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-        struct __user_cap_data_struct d[2];
-        if (syscall(SYS_capget, &h, d)) die("capget");
-        d[0].inheritable = d[1].inheritable = 0;
-        if (syscall(SYS_capset, &h, d)) die("capset");
-        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-    }
+    if (!pins) drop_caps(keep);
     char **cmd = argv + 8 + n + 1;
     pid_t child = fork();
     if (child < 0) die("fork");
     if (child == 0) {
+        if (pins) {
+            pin_toolchain(pins);
+            if (setns(userfd, CLONE_NEWUSER)) die("enter the sandbox's user namespace");
+            drop_caps(keep);
+            if (chdir(cwd)) {
+                fprintf(stderr, "rb-helper: cannot change directory to %s: %s\n", cwd,
+                        strerror(errno));
+                _exit(1);
+            }
+        }
         execvp(cmd[0], cmd);
         fprintf(stderr, "rb-helper: %s: %s\n", cmd[0], strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);
@@ -200,7 +342,8 @@ static int do_anchor(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "anchor") == 0) return do_anchor();
     if (argc > 1 && strcmp(argv[1], "init") == 0) return do_init(argc, argv);
-    if (argc > 1 && strcmp(argv[1], "exec") == 0) return do_exec(argc, argv);
+    if (argc > 1 && (strcmp(argv[1], "exec") == 0 || strcmp(argv[1], "vexec") == 0))
+        return do_exec(argc, argv);
     fprintf(stderr, "usage: rb-helper init|exec ...\n");
     return 125;
 }

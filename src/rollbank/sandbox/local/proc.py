@@ -260,3 +260,11 @@ async def _feed_stdin(proc: subprocess.Popen[bytes], data: bytes) -> None:
     finally:
         with contextlib.suppress(OSError):
             proc.stdin.close()
+
+
+def exiting(stat: bytes) -> bool:
+    """PF_EXITING in /proc/<pid>/stat's flags (field 9): the process is on its way out."""
+    try:
+        return bool(int(stat.rsplit(b")", 1)[-1].split()[6]) & 0x4)
+    except (ValueError, IndexError):
+        return False

@@ -19,6 +19,11 @@ Owns how a sandbox is assembled. Two equivalent paths: the compiled ``rb-helper`
   size, core=0), enter the anchor's namespaces and root, ``chdir`` *inside* the sandbox, drop
   the capability bounding set to Docker's default set, run the command.
 
+* **pinned exec** (``rb-helper vexec``, helper path only): the init also mounts the pristine
+  layers read-only, bound at :data:`PRISTINE_MOUNT` under an empty tmpfs; a pinned command
+  gets a private mount namespace with the pristine layers at its pinned paths (the verifier's
+  toolchain; see the helper and docs/collect.md, "Verifier isolation").
+
 Invariants: every shell path is quoted; overlay option separators in layer paths are
 rejected; a working directory is never opened on the host side (``nsenter --wd=DIR`` would).
 """
@@ -40,6 +45,9 @@ DEFAULT_CAPS = (
     "net_bind_service", "net_raw", "sys_chroot", "mknod", "audit_write", "setfcap",
 )
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Where the pristine layers are bound inside every sandbox (under an empty tmpfs: only a
+#: pinned command's private mount namespace uncovers them; see ``rb-helper vexec``).
+PRISTINE_MOUNT = "/dev/.rollbank-pristine"
 _CAP_NUMBERS = {
     "chown": 0, "dac_override": 1, "fowner": 3, "fsetid": 4, "kill": 5, "setgid": 6,
     "setuid": 7, "setpcap": 8, "net_bind_service": 10, "net_raw": 13, "sys_chroot": 18,
@@ -82,6 +90,32 @@ def overlay_options(layers: Sequence[Path], upper: str, work: str) -> str:
     return opts
 
 
+def check_pins(pins: Sequence[str]) -> list[str]:
+    """Absolute, normalised paths without overlay option separators or newlines."""
+    out = []
+    for pin in pins:
+        p = pin[1:] if pin.startswith("+") else pin  # "+/dir": a private tmpfs
+        if (not p.startswith("/") or any(c in p for c in ":,\n\\") or len(p) > 900
+                or any(part in ("", ".", "..") for part in p.split("/")[1:])):
+            raise SandboxStartError(f"unusable pinned path: {pin!r}")
+        out.append(pin)
+    return out
+
+
+def expand_pins(patterns: Sequence[str], layers: Sequence[Path]) -> list[str]:
+    """Pinned paths with shell-style globs in their components expanded against the layers
+    (a path no layer has is kept: the agent must not add it)."""
+    out: list[str] = []
+    for pat in patterns:
+        if not any(c in pat for c in "*?["):
+            out.append(pat)
+            continue
+        found = {"/" + str(m.relative_to(layer)) for layer in layers
+                 for m in layer.glob(pat.lstrip("/"))}
+        out += sorted(found)
+    return list(dict.fromkeys(out))
+
+
 def rlimit_values(*, open_files: int, file_size_mb: int) -> tuple[str, str]:
     """(open files, file size in bytes) as the helper takes them."""
     return str(int(open_files)), str(int(file_size_mb) << 20)
@@ -107,6 +141,8 @@ def init_argv(
 ) -> list[str]:
     q = shlex.quote
     m = str(mount_dir)
+    # the pristine layers (read-only) for pinned verifier commands: helper path only
+    pristine = "lowerdir=" + ":".join(str(p) for p in reversed(layers)) if helper else "-"
     joins = " && ".join(f"echo $$ > {q(str(f))}" for f in procs_files) or "true"
     opts = overlay_options(layers, f"{m}/upper", f"{m}/work")
     bw = [
@@ -120,6 +156,9 @@ def init_argv(
         "--unshare-uts", "--unshare-cgroup-try", "--hostname", hostname,
         "--die-with-parent", "--new-session", "--chdir", "/",
     ]
+    if helper is not None:
+        bw += ["--ro-bind", f"{m}/pristine", PRISTINE_MOUNT,
+               "--tmpfs", PRISTINE_MOUNT, "--remount-ro", PRISTINE_MOUNT]
     if not network:
         bw.append("--unshare-net")
     # The anchor is the sandbox's pid 1 (--as-pid-1): signals from inside cannot kill it, so
@@ -129,7 +168,7 @@ def init_argv(
     bw += ["anchor"] if helper is not None else ["infinity"]
     if helper is not None:
         return [
-            str(helper), "init", m, str(int(storage_mb)), opts, *rlimit_vals,
+            str(helper), "init", m, str(int(storage_mb)), opts, pristine, *rlimit_vals,
             str(len(procs_files)), *map(str, procs_files), "--", *bw,
         ]
     script = (
@@ -152,16 +191,23 @@ def exec_argv(
     drop_caps: bool,
     helper: Path | None = None,
     rlimit_vals: tuple[str, str] = ("1024", str(1 << 30)),
+    pins: Sequence[str] | None = None,
 ) -> list[str]:
+    """The per-command wrapper. ``pins`` (helper path only): run in a private mount namespace
+    where these paths show the pristine layers' version (``rb-helper vexec``)."""
     q = shlex.quote
     joins = " && ".join(f"echo $$ > {q(str(f))}" for f in procs_files) or "true"
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     if helper is not None:
         mask = f"{DEFAULT_CAP_MASK:x}" if drop_caps else "0"
+        mode = ["exec"] if pins is None else ["vexec"]
+        pinned = [] if pins is None else ["\n".join(check_pins(pins)) or "-"]
         return [
-            str(helper), "exec", str(anchor_pid), cwd or "/", *rlimit_vals, mask,
+            str(helper), *mode, str(anchor_pid), cwd or "/", *rlimit_vals, mask, *pinned,
             str(len(procs_files)), *map(str, procs_files), "--", *argv,
         ]
+    if pins is not None:
+        raise SandboxStartError("pinned (verifier) commands need rb-helper (a C compiler)")
     inner: list[str] = []
     if drop_caps:
         caps = ",".join(["-all", *(f"+{c}" for c in DEFAULT_CAPS)])

@@ -1,7 +1,5 @@
-"""One running local sandbox: exec, files, shell, snapshot, usage, close.
-
-Owns :class:`LocalSandbox`. Started by :class:`~rollbank.sandbox.local.backend.LocalBackend`
-(see :mod:`rollbank.sandbox.local.runtime` for how it is assembled).
+"""One running local sandbox: exec (and pinned exec), files, shell, snapshot, usage, close.
+Started by :class:`~rollbank.sandbox.local.backend.LocalBackend` (assembly: ``runtime``).
 
 Invariants
 - ``exec`` never raises for what the command did; a dead runtime raises
@@ -25,13 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import os
-import shutil
 import signal
 import subprocess
-import tarfile
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -46,11 +40,13 @@ from rollbank.sandbox.local.proc import (
     Meter,
     ProcessResult,
     await_exit,
+    exiting,
     run_process,
 )
-from rollbank.sandbox.local.runtime import DEFAULT_PATH, exec_argv
+from rollbank.sandbox.local.runtime import DEFAULT_PATH, exec_argv, expand_pins
 from rollbank.sandbox.local.shell import LocalShellSession
 from rollbank.sandbox.local.snapshot import LocalSnapshot, copy_tree
+from rollbank.sandbox.local.transfer import pack, unpack
 from rollbank.sandbox.protocol import (
     DEFAULT_OUTPUT_LIMIT,
     ExecResult,
@@ -126,7 +122,7 @@ class LocalSandbox:
         except OSError:
             return False
         return stat.rsplit(b")", 1)[-1].split()[:1] not in ([b"Z"], [b"X"]) and not (
-            _exiting(stat))
+            exiting(stat))
 
     async def _settled_alive(self, res: ProcessResult) -> bool:
         """``alive``, after a SIGKILLed command gave a dying sandbox a moment to show it
@@ -166,6 +162,7 @@ class LocalSandbox:
         stdin: bytes | None,
         limit: int,
         deadline_s: float | None,
+        pins: Sequence[str] | None = None,
     ) -> ProcessResult:
         if self._closed:
             raise SandboxError(f"sandbox {self._id} is closed")
@@ -175,7 +172,7 @@ class LocalSandbox:
         argv = exec_argv(
             anchor_pid=self.anchor_pid, procs_files=files, rlimits=self._rlimits,
             command=command, cwd=cwd or self.spec.workdir, drop_caps=self._drop_caps,
-            helper=self._helper, rlimit_vals=self._rlimit_vals,
+            helper=self._helper, rlimit_vals=self._rlimit_vals, pins=pins,
         )
 
         async def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -214,6 +211,32 @@ class LocalSandbox:
         stdin: bytes | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ExecResult:
+        return await self._exec(command, timeout_s=timeout_s, cwd=cwd, env=env, stdin=stdin,
+                                output_limit=output_limit)
+
+    async def kill_leftovers(self) -> None:
+        """SIGKILL everything the sandbox's commands left running (its init stays)."""
+        await self.cgroup.akill_exec_groups()
+
+    @property
+    def can_pin(self) -> bool:  # the shell-tool path (no rb-helper) cannot build the view
+        return self._helper is not None
+
+    async def exec_pinned(self, command: str | Sequence[str], *, pins: Sequence[str],
+                          timeout_s: float | None = None, cwd: str | None = None,
+                          env: Mapping[str, str] | None = None, stdin: bytes | None = None,
+                          output_limit: int = DEFAULT_OUTPUT_LIMIT) -> ExecResult:
+        """``exec`` seeing the pristine layers at ``pins`` (globs allowed), files the agent
+        added at ``/`` hidden: the verifier's toolchain (``rb-helper vexec``)."""
+        if not self.can_pin:
+            raise SandboxError("pinned commands need rb-helper (no C compiler on this host)")
+        return await self._exec(command, timeout_s=timeout_s, cwd=cwd, env=env, stdin=stdin,
+                                output_limit=output_limit,
+                                pins=expand_pins(pins, self.spec.layers))
+
+    async def _exec(self, command: str | Sequence[str], *, timeout_s: float | None,
+                    cwd: str | None, env: Mapping[str, str] | None, stdin: bytes | None,
+                    output_limit: int, pins: Sequence[str] | None = None) -> ExecResult:
         deadline, budget_bound = self._charge(0.0, timeout_s)
         if deadline is not None and deadline <= 0:
             return ExecResult(None, None, "", "", 0.0, budget_exhausted=True)
@@ -229,9 +252,8 @@ class LocalSandbox:
             command = ["/bin/sh", "-c", 'trap \'rm -f "$0"\' EXIT; . "$0"', script]
         oom_before = self.cgroup.oom_kills()
         try:
-            res = await self._run(
-                command, cwd=cwd, env=env, stdin=stdin, limit=output_limit, deadline_s=deadline
-            )
+            res = await self._run(command, cwd=cwd, env=env, stdin=stdin, limit=output_limit,
+                                  deadline_s=deadline, pins=pins)
         except OSError as exc:  # e.g. E2BIG for a huge argv list: the command is invalid
             return ExecResult(126, None, "", f"rollbank: cannot run the command: {exc}\n", 0.0)
         stall = min(res.duration_s, res.bill.stall_s) if res.bill else 0.0
@@ -278,7 +300,7 @@ class LocalSandbox:
         return await self._check(argv, f"read {path}", limit=_FILE_LIMIT)
 
     async def upload(self, local: Path, remote: str) -> None:
-        is_dir, payload, mode = await asyncio.to_thread(_pack, local)
+        is_dir, payload, mode = await asyncio.to_thread(pack, local)
         if is_dir:
             await self._check(
                 ["/bin/sh", "-c", 'mkdir -p -- "$1" && tar -x --no-same-owner -C "$1"', "sh", remote],
@@ -291,7 +313,7 @@ class LocalSandbox:
         parent, name = os.path.split(remote.rstrip("/") or "/")
         data = await self._check(["/bin/tar", "-c", "-C", parent or "/", "--", name],
                                  f"download {remote}", limit=_FILE_LIMIT)
-        await asyncio.to_thread(_unpack, data, name, local)
+        await asyncio.to_thread(unpack, data, name, local)
 
     # ---------------------------------------------------------------- shell
     async def shell(self) -> ShellSession:
@@ -375,32 +397,3 @@ class LocalSandbox:
         await await_exit(self._init, 5.0)
         await asyncio.to_thread(self.cgroup.remove)  # rmdir of memory cgroups can block
         self._backend.forget(self)
-
-
-def _exiting(stat: bytes) -> bool:
-    """PF_EXITING in /proc/<pid>/stat's flags (field 9): the process is on its way out."""
-    try:
-        return bool(int(stat.rsplit(b")", 1)[-1].split()[6]) & 0x4)
-    except (ValueError, IndexError):
-        return False
-
-
-def _pack(local: Path) -> tuple[bool, bytes, int]:
-    """(is a directory, tar of the directory or the file's bytes, file mode)."""
-    if local.is_dir():
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(str(local), arcname=".")
-        return True, buf.getvalue(), 0o755
-    return False, local.read_bytes(), local.stat().st_mode & 0o7777
-
-
-def _unpack(data: bytes, name: str, local: Path) -> None:
-    """Extract a tar holding ``name`` (refusing unsafe members) to ``local``."""
-    parent = local.parent if local.parent.exists() else None
-    with tempfile.TemporaryDirectory(dir=parent) as tmp:
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(tmp, filter="data")
-        if local.is_dir():
-            shutil.rmtree(local)
-        shutil.move(Path(tmp) / name, local)
