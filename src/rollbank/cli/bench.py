@@ -1,4 +1,4 @@
-"""`rollbank bench {sandbox,routing,collect,schedule,host,publish,train-step}`: benchmarks that
+"""`rollbank bench {sandbox,routing,collect,schedule,host,publish,train-step,learning}`: benchmarks that
 print JSON.
 
 Each benchmark module exposes ``add_arguments(parser)`` (cheap) and ``run(args) -> int``
@@ -19,6 +19,7 @@ BENCHES = {
     "host": "rollbank.bench.host",
     "publish": "rollbank.bench.publish",
     "train-step": "rollbank.bench.train_step",
+    "learning": "rollbank.bench.learning.command",
 }
 
 
