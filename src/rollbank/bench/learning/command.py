@@ -74,7 +74,7 @@ def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]
         if extra != lag and extra > 0:
             arms.append({"name": f"ungated-lag{extra}", "lag": extra, "gated": False})
     settings = {
-        "steps": steps, "prompts": 2 if args.quick else args.prompts,
+        "steps": steps, "prompts": 4 if args.quick else args.prompts,
         "group_size": 4 if args.quick else args.group_size, "lr": args.lr,
         "max_new_tokens": args.max_new_tokens, "eval_every": 1 if args.quick else args.eval_every,
         "eval_size": 16 if args.quick else args.eval_size, "threads": args.threads,
