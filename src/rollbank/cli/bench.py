@@ -1,5 +1,5 @@
-"""`rollbank bench {sandbox,routing,collect,schedule,host,publish,train-step,soak}`: benchmarks that
-print JSON.
+"""`rollbank bench {sandbox,routing,collect,schedule,host,publish,train-step,soak,learning}`:
+benchmarks that print JSON.
 
 Each benchmark module exposes ``add_arguments(parser)`` (cheap) and ``run(args) -> int``
 (heavy imports inside)."""
@@ -20,6 +20,7 @@ BENCHES = {
     "publish": "rollbank.bench.publish",
     "train-step": "rollbank.bench.train_step",
     "soak": "rollbank.bench.soak",
+    "learning": "rollbank.bench.learning.command",
 }
 
 

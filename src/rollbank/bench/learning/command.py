@@ -1,0 +1,129 @@
+"""The learning-integrity experiment: sync vs gated async vs ungated async GRPO (JSON + PNGs).
+
+``rollbank bench learning``: warm up the tiny model to the action format
+(:mod:`rollbank.bench.learning.warmup`), then run, on the same seeds and prompts, the arms
+``sync`` (lag 0), ``gated`` (lag ``--lag``, divergence gate + token TIS) and ``ungated``
+(lag ``--lag``, no gate, no correction), plus ungated arms at every ``--sweep-lags`` lag.
+Arms run in ``--parallel`` worker processes. Prints one JSON document (settings, warm-up,
+per-arm steps/evals, summaries, verdict) and writes it with the curves (PNG) to ``--out``.
+``--quick``: a few steps of every arm (an integration smoke test, not a learning claim).
+See docs/learning.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="a few steps per arm (smoke test)")
+    parser.add_argument("--steps", type=int, default=60, help="optimizer steps per arm")
+    parser.add_argument("--prompts", type=int, default=8, help="groups (prompts) per step")
+    parser.add_argument("--group-size", type=int, default=8, help="attempts per prompt")
+    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (full fine-tuning)")
+    parser.add_argument("--lag", type=int, default=4, help="version lag of both async arms")
+    parser.add_argument("--sweep-lags", default="", help="comma-separated extra lags for ungated arms")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds (each runs every arm)")
+    parser.add_argument("--warmup-steps", type=int, default=300, help="supervised warm-up steps")
+    parser.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
+    parser.add_argument("--eval-size", type=int, default=128, help="tasks in the eval set")
+    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--tis-cap", type=float, default=2.0, help="token TIS cap C of the gated arm")
+    parser.add_argument("--parallel", type=int, default=3, help="arms run at once (processes)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per arm")
+    parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/bench-learning-<time>)")
+    parser.add_argument("--json", action="store_true", help="JSON only (the default output anyway)")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _run_arm(spec_d: dict[str, Any], settings_d: dict[str, Any], model_dir: str) -> dict[str, Any]:
+    """Worker-process entry: one arm (module-level so it pickles)."""
+    import torch
+
+    from rollbank.bench.learning.arm import ArmRunner, ArmSpec, Settings
+
+    torch.set_num_threads(settings_d["threads"])
+
+    def log(msg: str) -> None:
+        print(f"[learning] {msg}", file=sys.stderr, flush=True)
+
+    result = ArmRunner(ArmSpec(**spec_d), Settings(**settings_d), Path(model_dir), log).run()
+    result["seed"] = settings_d["seed"]
+    return result
+
+
+def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The arms (name, lag, gated) and the shared settings for ``args``."""
+    steps = 3 if args.quick else args.steps
+    lag = min(args.lag, 1) if args.quick else args.lag
+    arms = [{"name": "sync", "lag": 0, "gated": False},
+            {"name": "gated", "lag": lag, "gated": True},
+            {"name": "ungated", "lag": lag, "gated": False}]
+    for extra in ([] if args.quick else _ints(args.sweep_lags)):
+        if extra != lag and extra > 0:
+            arms.append({"name": f"ungated-lag{extra}", "lag": extra, "gated": False})
+    settings = {
+        "steps": steps, "prompts": 4 if args.quick else args.prompts,
+        "group_size": 4 if args.quick else args.group_size, "lr": args.lr,
+        "max_new_tokens": args.max_new_tokens, "eval_every": 1 if args.quick else args.eval_every,
+        "eval_size": 16 if args.quick else args.eval_size, "threads": args.threads,
+        "tis_cap": args.tis_cap,
+    }
+    return arms, settings
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    from rollbank.bench.learning.report import arm_summary, verdict, write_plots
+    from rollbank.bench.learning.warmup import warm_up
+
+    out = args.out or Path("runs") / time.strftime("bench-learning-%Y%m%dT%H%M%SZ", time.gmtime())
+    out.mkdir(parents=True, exist_ok=True)
+    warm_steps = 20 if args.quick else args.warmup_steps
+    model_dir, warm = warm_up(steps=warm_steps, log=lambda m: print(f"[learning] {m}", file=sys.stderr))
+    arms, settings = plan(args)
+    seeds = _ints(args.seeds) or [0]
+    jobs = [(arm, settings | {"seed": seed}) for seed in seeds for arm in arms]
+    t0 = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    if args.parallel > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=args.parallel, mp_context=ctx) as pool:
+            futures = [pool.submit(_run_arm, a, s, str(model_dir)) for a, s in jobs]
+            results = [f.result() for f in futures]
+    else:
+        results = [_run_arm(a, s, str(model_dir)) for a, s in jobs]
+    summaries = []
+    for r in results:
+        sync = next(x for x in results if x["arm"] == "sync" and x["seed"] == r["seed"])
+        summaries.append(arm_summary(r, None if r is sync else sync))
+    doc: dict[str, Any] = {
+        "bench": "learning", "quick": bool(args.quick), "model": "tiny (warmed up)",
+        "sampler": "in-process (trainer weights, HF generate); see docs/learning.md",
+        "task_family": "graded addition, action 'echo N > answer.txt', verified in-process",
+        "settings": settings | {"seeds": seeds, "lag": arms[1]["lag"]},
+        "warmup": warm, "warmup_dir": str(model_dir),
+        "seconds": time.perf_counter() - t0,
+        "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
+        "summaries": summaries, "verdict": verdict(summaries), "arms": results,
+    }
+    doc["plots"] = write_plots(results, out)
+    (out / "bench-learning.json").write_text(json.dumps(doc, indent=2))
+    doc["out"] = str(out)
+    return doc
+
+
+def run(args: argparse.Namespace) -> int:
+    doc = measure(args)
+    print(json.dumps({k: v for k, v in doc.items() if k != "arms"}, indent=2))
+    return 0
