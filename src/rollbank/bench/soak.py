@@ -114,7 +114,8 @@ def judge(samples: list[dict[str, float]], warmup: int) -> dict[str, Any]:
 
 async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from rollbank.collect_config import load_collect_config
-    from rollbank.collector import collect, select_tasks
+    from rollbank.collector import collect
+    from rollbank.task_selection import select_tasks
     from rollbank.episodes.sandboxes import open_sandboxes
     from rollbank.inference_plane import open_inference
 
