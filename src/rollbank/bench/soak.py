@@ -115,9 +115,9 @@ def judge(samples: list[dict[str, float]], warmup: int) -> dict[str, Any]:
 async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from rollbank.collect_config import load_collect_config
     from rollbank.collector import collect
-    from rollbank.task_selection import select_tasks
     from rollbank.episodes.sandboxes import open_sandboxes
     from rollbank.inference_plane import open_inference
+    from rollbank.task_selection import select_tasks
 
     overrides: dict[str, object] = {
         "include": [t.strip() for t in args.tasks.split(",") if t.strip()], "output": str(out),
