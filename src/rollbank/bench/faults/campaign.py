@@ -48,6 +48,7 @@ def campaign_config(args: argparse.Namespace, out: Path, urls: list[str], task_r
         "runner.episode_budget_s": None, "runner.max_model_len": 2048,
         "runner.verifier_slots": 2,
         "sandbox.warm": True, "sandbox.local.max_host_stall_s": args.max_host_stall,
+        "sandbox.local.max_processes": 64,
         "scheduler.mode": "optimized", "scheduler.groups_per_batch": args.groups,
         "scheduler.pool_groups": args.pool_groups, "scheduler.straggler": "carry",
         "scheduler.sandbox_slots": args.sandbox_slots, "scheduler.inference_slots_per_server": 8,

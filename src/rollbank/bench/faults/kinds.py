@@ -68,8 +68,9 @@ EXPECT: dict[FaultKind, Expectation] = {
     FaultKind.SANDBOX_FREEZE: Expectation(Via.SANDBOX, INFRA, "host freezes the cgroup: host_stalled"),
     FaultKind.SANDBOX_SIGSTOP: Expectation(Via.SANDBOX, INFRA, "host SIGSTOPs every process of the sandbox"),
     FaultKind.DISK_FULL: Expectation(Via.SANDBOX, INFRA, "host fills the writable layer (tmpfs)"),
-    FaultKind.MODEL_OOM: Expectation(Via.MODEL, MODEL, "the model's command blows the memory limit"),
-    FaultKind.MODEL_PIDS: Expectation(Via.MODEL, MODEL, "the model's command exhausts pids.max"),
+    # the model's own doing, never infra; the episode goes on, so the verifier decides
+    FaultKind.MODEL_OOM: Expectation(Via.MODEL, TRAINABLE, "the model's command blows the memory limit"),
+    FaultKind.MODEL_PIDS: Expectation(Via.MODEL, TRAINABLE, "the model's command exhausts pids.max"),
     FaultKind.MODEL_TIMEOUT: Expectation(Via.MODEL, MODEL, "the model's command sleeps past the step timeout"),
     FaultKind.MODEL_DESTROY: Expectation(Via.MODEL, MODEL, "the model runs rm -rf /"),
     FaultKind.VERIFIER_CRASH: Expectation(Via.VERIFIER, INFRA, "tests exit non-zero, no reward (everywhere)"),
@@ -82,6 +83,15 @@ EXPECT: dict[FaultKind, Expectation] = {
     FaultKind.TARGET_DOWN: Expectation(Via.ENGINE, INFRA, "the routed server's port goes down"),
     FaultKind.COLLECTOR_SIGKILL: Expectation(Via.COLLECTOR, INFRA,
                                              "collector SIGKILLed; in-flight attempts -> infra, resume"),
+}
+
+#: Misattributions this campaign found and that are not fixed (docs/collect.md says why):
+#: (kind, outcome/reason) -> the limitation. Reported apart in the JSON, still counted wrong.
+KNOWN_LIMITS: dict[tuple[FaultKind, str], str] = {
+    (k, "infra_failure/host_stalled"): "billing credits the CPU wait of a CPU-heavy model "
+    "command on a loaded host (PSI 'full') as host stall; beyond max_host_stall_s it is "
+    "stopped as host_stalled (infra), not billed to the model"
+    for k in (FaultKind.MODEL_OOM, FaultKind.MODEL_PIDS, FaultKind.MODEL_DESTROY)
 }
 
 SANDBOX_KINDS = tuple(k for k, e in EXPECT.items() if e.via is Via.SANDBOX)

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from rollbank.bench.faults.checks import by_kind
-from rollbank.bench.faults.kinds import EXPECT
+from rollbank.bench.faults.kinds import EXPECT, KNOWN_LIMITS
 
 
 def _quick(args: argparse.Namespace) -> None:
@@ -28,10 +28,13 @@ def summarize(phase: dict[str, Any], leaks: dict[str, Any], args: argparse.Names
     verdicts = phase["verdicts"]
     kinds = by_kind(verdicts)
     observed = [v for v in verdicts if v.observed]
-    wrong = [v.to_dict() for v in observed if not v.correct]
+    wrong = [{**v.to_dict(), "known_limit": KNOWN_LIMITS.get((v.kind, f"{v.outcome}/{v.reason}"))}
+             for v in observed if not v.correct]
+    new = [w for w in wrong if w["known_limit"] is None]
     unexplained = phase["clean"]["unexplained"]
     checks = {
         "attribution_correct": not wrong,
+        "no_new_misattribution": not new,
         "every_kind_injected": all(k["injected"] > 0 for k in kinds.values()),
         "ledger_and_batches_exact": not phase["errors"],
         "clean_attempts_trainable": not unexplained,
@@ -48,6 +51,8 @@ def summarize(phase: dict[str, Any], leaks: dict[str, Any], args: argparse.Names
         "by_kind": kinds,
         "expected_by_kind": {k.value: e.why for k, e in EXPECT.items()},
         "misattributed": wrong[:50],
+        "misattributed_known_limits": len(wrong) - len(new),
+        "misattributed_new": len(new),
         "not_observed": [v.to_dict() for v in verdicts if not v.observed][:20],
         "clean_attempts": {**{k: v for k, v in phase["clean"].items() if k != "unexplained"},
                            "unexplained": len(unexplained), "unexplained_examples": unexplained[:20]},

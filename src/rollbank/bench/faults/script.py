@@ -32,8 +32,8 @@ SANDBOX_TURN_S = 3.0
 MODEL_COMMANDS: dict[FaultKind, str] = {
     # 1000 MiB through tail (which buffers a line without newline) vs a 256 MiB limit
     FaultKind.MODEL_OOM: "head -c 1000m /dev/zero | tail > /dev/null",
-    # more sleepers than the task's pids.max (512)
-    FaultKind.MODEL_PIDS: "for i in $(seq 700); do sleep 4 & done 2>/dev/null; true",
+    # more sleepers than the campaign's pids.max (sandbox.local.max_processes = 64)
+    FaultKind.MODEL_PIDS: "for i in $(seq 100); do sleep 4 & done 2>/dev/null; true",
     FaultKind.MODEL_TIMEOUT: "sleep 60",
     FaultKind.MODEL_DESTROY: "rm -rf --no-preserve-root / 2>/dev/null; true",
 }
