@@ -135,7 +135,7 @@ def test_verdicts_by_kind() -> None:
     lost = verdict(FaultKind.CONN_RESET, None, attempt_id="g0/s2/r0")
     assert ok.correct and not bad.correct and not lost.observed
     kinds = by_kind([ok, bad, lost])
-    assert kinds["http_5xx"] == {"injected": 1, "observed": 1, "correct": 1,
+    assert kinds["http_5xx"] == {"injected": 1, "observed": 1, "confounded": 0, "correct": 1,
                                  "expected": ["infra_failure"],
                                  "reasons": {"infra_failure/inference_error": 1}}
     assert kinds["model_oom"]["correct"] == 0 and kinds["conn_reset"]["observed"] == 0
@@ -169,3 +169,17 @@ def test_ledger_check() -> None:
     assert check_ledger({**ledger, "waste": 0}, trajs, 3)
     assert check_ledger(ledger, trajs, 4)
     assert check_ledger(ledger, [*trajs, trajs[0]], 3)
+
+
+def test_an_attempt_hit_by_engine_collateral_is_confounded_not_judged() -> None:
+    from rollbank.bench.faults.checks import confounder
+
+    t = _traj(0, Reason.INFERENCE_ERROR, None)
+    assert confounder(t, {t.trajectory_id}) is not None
+    assert confounder(t, set()) is None
+    t.outcome = EpisodeOutcome.of(Reason.INFERENCE_ERROR, error="POST /x: cannot connect: refused")
+    assert confounder(t, set()) is not None
+    assert confounder(_traj(1, Reason.HOST_STALLED, None), {"g0/s1/r0"}) is None
+    v = verdict(FaultKind.MODEL_TIMEOUT, t)
+    v.confounded = confounder(t, set())
+    assert not v.observed and by_kind([v])["model_timeout"]["confounded"] == 1

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from rollbank.batching.batch import Batch
-from rollbank.bench.faults.checks import Verdict, check_group, check_ledger, verdict
+from rollbank.bench.faults.checks import (
+    Verdict,
+    check_group,
+    check_ledger,
+    confounder,
+    verdict,
+)
 from rollbank.bench.faults.crash import run_kills
 from rollbank.bench.faults.engines import KillableEngines
 from rollbank.bench.faults.inject import FaultingSource, FaultLog
@@ -85,8 +91,18 @@ def _first_run(trajs: list[Trajectory], seed: int) -> Trajectory | None:
 
 
 def verdicts(rnd: Round, log: FaultLog, start: int, schedule: FaultSchedule,
-             windows: bool) -> tuple[list[Verdict], dict[str, Any]]:
+             windows: bool, collateral: set[str]) -> tuple[list[Verdict], dict[str, Any]]:
     """Every fault of the round with its attempt's outcome, and the clean attempts' tally."""
+    out = _verdicts(rnd, log, start, schedule, windows)
+    by_id = {t.trajectory_id: t for t in rnd.trajectories}
+    for v in out[0]:
+        if EXPECT[v.kind].via is not Via.ENGINE and v.attempt_id is not None:
+            v.confounded = confounder(by_id.get(v.attempt_id), collateral)
+    return out
+
+
+def _verdicts(rnd: Round, log: FaultLog, start: int, schedule: FaultSchedule,
+              windows: bool) -> tuple[list[Verdict], dict[str, Any]]:
     trajs = rnd.trajectories
     by_id = {t.trajectory_id: t for t in trajs}
     out: list[Verdict] = []
@@ -175,7 +191,8 @@ async def run_phase(args: argparse.Namespace, out: Path, target: int, kills: int
             launched = sum(1 for e in read_events(res.out_dir / "events.jsonl") if e.get("kind") == "launched")
             errs = rnd.batch_errors + check_ledger(res.ledger, res.trajectories, launched)
             vs, clean = verdicts(rnd, log, start, schedule, bool(proxy.collateral) or
-                                 len(proxy.windows) > windows_before or bool(proxy.down))
+                                 len(proxy.windows) > windows_before or bool(proxy.down),
+                                 proxy.collateral_attempts())
             all_verdicts += vs
             errors += [f"round {r}: {e}" for e in errs]
             for k in ("attempts", "trainable", "collateral_inference_error"):

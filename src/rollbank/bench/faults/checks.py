@@ -33,10 +33,13 @@ class Verdict:
     outcome: str | None  # None: the attempt never finished (cancelled at the run's end)
     reason: str | None
     detail: dict[str, Any] = field(default_factory=dict)
+    #: why the outcome says nothing about this fault: another fault hit the attempt first
+    #: (an engine killed with its request in flight, a port down) -- reported, not judged
+    confounded: str | None = None
 
     @property
     def observed(self) -> bool:
-        return self.outcome is not None
+        return self.outcome is not None and self.confounded is None
 
     @property
     def correct(self) -> bool:
@@ -44,13 +47,28 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "attempt_id": self.attempt_id, "outcome": self.outcome,
-                "reason": self.reason, "expected": sorted(EXPECT[self.kind].outcomes), **self.detail}
+                "reason": self.reason, "expected": sorted(EXPECT[self.kind].outcomes),
+                **({"confounded": self.confounded} if self.confounded else {}), **self.detail}
 
 
 def verdict(kind: FaultKind, traj: Trajectory | None, **detail: Any) -> Verdict:
     o = traj.outcome if traj is not None else None
     return Verdict(kind, traj.trajectory_id if traj is not None else detail.pop("attempt_id", None),
                    o.outcome.value if o else None, o.reason.value if o else None, detail)
+
+
+def confounder(traj: Trajectory | None, collateral: set[str]) -> str | None:
+    """An engine-side collateral failure that ended the attempt before its own fault could
+    show: its request was in flight on an engine the campaign killed (the proxy saw it), or
+    its server's port was down (the client could not connect)."""
+    o = traj.outcome if traj is not None else None
+    if traj is None or o is None or o.reason.value != "inference_error":
+        return None
+    if traj.trajectory_id in collateral:
+        return "request in flight on an engine killed for another attempt"
+    if "cannot connect" in str(o.evidence.get("error", "")):
+        return "server port down for another attempt"
+    return None
 
 
 def by_kind(verdicts: Iterable[Verdict]) -> dict[str, dict[str, Any]]:
@@ -64,6 +82,7 @@ def by_kind(verdicts: Iterable[Verdict]) -> dict[str, dict[str, Any]]:
         seen = [v for v in vs if v.observed]
         out[kind.value] = {
             "injected": len(vs), "observed": len(seen),
+            "confounded": sum(v.confounded is not None for v in vs),
             "correct": sum(v.correct for v in seen),
             "expected": sorted(EXPECT[kind].outcomes),
             "reasons": dict(Counter(f"{v.outcome}/{v.reason}" for v in seen)),

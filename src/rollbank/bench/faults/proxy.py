@@ -92,6 +92,10 @@ class FaultProxy:
         for e in self.ready:
             e.set()
 
+    def collateral_attempts(self) -> set[str]:
+        """Attempt ids of the requests that failed as collateral."""
+        return {str(c["request_id"]).rsplit("/", 1)[0] for c in self.collateral if c["request_id"]}
+
     @property
     def urls(self) -> list[str]:
         return [f"http://{self.host}:{p}" for p in self.ports]

@@ -53,6 +53,7 @@ def summarize(phase: dict[str, Any], leaks: dict[str, Any], args: argparse.Names
         "misattributed": wrong[:50],
         "misattributed_known_limits": len(wrong) - len(new),
         "misattributed_new": len(new),
+        "confounded": sum(v.confounded is not None for v in verdicts),
         "not_observed": [v.to_dict() for v in verdicts if not v.observed][:20],
         "clean_attempts": {**{k: v for k, v in phase["clean"].items() if k != "unexplained"},
                            "unexplained": len(unexplained), "unexplained_examples": unexplained[:20]},
