@@ -183,3 +183,18 @@ def test_an_attempt_hit_by_engine_collateral_is_confounded_not_judged() -> None:
     v = verdict(FaultKind.MODEL_TIMEOUT, t)
     v.confounded = confounder(t, set())
     assert not v.observed and by_kind([v])["model_timeout"]["confounded"] == 1
+
+
+def test_a_sandbox_fault_joins_the_run_it_landed_on() -> None:
+    # regression (full campaign run): joined to the slot's first run, so a fault that landed
+    # on the retry (the first run died earlier of a port down) was judged on the wrong run
+    from rollbank.bench.faults.campaign import _run_in
+    from rollbank.episodes.spans import Span, add_span
+
+    r0, r1 = _traj(0, Reason.INFERENCE_ERROR, None), _traj(0, Reason.SANDBOX_DIED, None)
+    r1.retry, r1.trajectory_id = 1, "g0/s0/r1"
+    for t, sb in ((r0, "sbA"), (r1, "sbB")):
+        t.seed = 11
+        add_span(t, Span("episode", 0.0, 1.0, t.trajectory_id, sandbox=sb))
+    assert _run_in([r0, r1], 11, "sbB") is r1
+    assert _run_in([r0, r1], 11, "sbC") is None

@@ -40,6 +40,7 @@ from rollbank.bench.faults.kinds import (
 from rollbank.bench.faults.proxy import FaultProxy
 from rollbank.bench.faults.script import ScriptedWorkload
 from rollbank.bench.faults.tasks import task_id_kind, write_tasks
+from rollbank.episodes.spans import SPANS_KEY
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.metrics.events import read_events
 
@@ -85,9 +86,14 @@ class Round:
         return check
 
 
-def _first_run(trajs: list[Trajectory], seed: int) -> Trajectory | None:
-    runs = sorted((t for t in trajs if t.seed == seed), key=lambda t: t.retry)
-    return runs[0] if runs else None
+def _run_in(trajs: list[Trajectory], seed: int, sandbox: object) -> Trajectory | None:
+    """The attempt whose episode ran in ``sandbox`` (a slot's retries share the seed, and the
+    fault lands on whichever run reaches its fault turn first)."""
+    for t in trajs:
+        if t.seed == seed and any(s.get("kind") == "episode" and s.get("sandbox") == sandbox
+                                  for s in t.meta.get(SPANS_KEY, [])):
+            return t
+    return None
 
 
 def verdicts(rnd: Round, log: FaultLog, start: int, schedule: FaultSchedule,
@@ -110,7 +116,8 @@ def _verdicts(rnd: Round, log: FaultLog, start: int, schedule: FaultSchedule,
         if inj.attempt_id is not None:
             out.append(verdict(inj.kind, by_id.get(inj.attempt_id), attempt_id=inj.attempt_id, **inj.detail))
         elif inj.seed is not None:
-            out.append(verdict(inj.kind, _first_run(trajs, inj.seed), seed=inj.seed, **inj.detail))
+            out.append(verdict(inj.kind, _run_in(trajs, inj.seed, inj.detail.get("sandbox")),
+                               seed=inj.seed, **inj.detail))
     faulted = {v.attempt_id for v in out}
     clean: dict[str, Any] = {"attempts": 0, "trainable": 0, "collateral_inference_error": 0,
                              "unexplained": []}

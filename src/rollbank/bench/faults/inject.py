@@ -102,6 +102,7 @@ class FaultingSource:
                 except Exception as exc:  # an injector failure is reported, not hidden
                     self.errors.append(f"{planned.kind.value}: {type(exc).__name__}: {exc}")
                     return
+                detail["sandbox"] = sb.sandbox_id  # joins the fault to its attempt
                 self.log.add(Injection(planned.kind, seed, None, detail))
                 return
             await asyncio.sleep(POLL_S)
