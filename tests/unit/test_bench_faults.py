@@ -180,6 +180,12 @@ def test_an_attempt_hit_by_engine_collateral_is_confounded_not_judged() -> None:
     t.outcome = EpisodeOutcome.of(Reason.INFERENCE_ERROR, error="POST /x: cannot connect: refused")
     assert confounder(t, set()) is not None
     assert confounder(_traj(1, Reason.HOST_STALLED, None), {"g0/s1/r0"}) is None
+    # regression (second full run): a slow response whose delayed request met an engine
+    # killed for another attempt was judged as the slow response's inference error
+    from rollbank.bench.faults.checks import may_be_confounded
+
+    assert may_be_confounded(FaultKind.SLOW_RESPONSE) and may_be_confounded(FaultKind.MODEL_OOM)
+    assert not may_be_confounded(FaultKind.HTTP_5XX)
     v = verdict(FaultKind.MODEL_TIMEOUT, t)
     v.confounded = confounder(t, set())
     assert not v.observed and by_kind([v])["model_timeout"]["confounded"] == 1

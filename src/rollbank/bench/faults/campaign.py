@@ -24,6 +24,7 @@ from rollbank.bench.faults.checks import (
     check_group,
     check_ledger,
     confounder,
+    may_be_confounded,
     verdict,
 )
 from rollbank.bench.faults.crash import run_kills
@@ -102,7 +103,7 @@ def verdicts(rnd: Round, log: FaultLog, start: int, schedule: FaultSchedule,
     out = _verdicts(rnd, log, start, schedule, windows)
     by_id = {t.trajectory_id: t for t in rnd.trajectories}
     for v in out[0]:
-        if EXPECT[v.kind].via is not Via.ENGINE and v.attempt_id is not None:
+        if may_be_confounded(v.kind) and v.attempt_id is not None:
             v.confounded = confounder(by_id.get(v.attempt_id), collateral)
     return out
 

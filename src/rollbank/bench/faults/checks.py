@@ -20,7 +20,7 @@ from typing import Any
 
 from rollbank.batching.advantages import AdvantageConfig, grpo_advantages, is_valid, reward_of
 from rollbank.batching.batch import GroupResult
-from rollbank.bench.faults.kinds import EXPECT, FaultKind
+from rollbank.bench.faults.kinds import EXPECT, FaultKind, Via
 from rollbank.episodes.trajectory import Trajectory
 
 
@@ -69,6 +69,12 @@ def confounder(traj: Trajectory | None, collateral: set[str]) -> str | None:
     if "cannot connect" in str(o.evidence.get("error", "")):
         return "server port down for another attempt"
     return None
+
+
+def may_be_confounded(kind: FaultKind) -> bool:
+    """Faults whose outcome another attempt's engine fault can pre-empt: all but the engine
+    faults that must end the attempt anyway (a slow response must not: it is included)."""
+    return EXPECT[kind].via is not Via.ENGINE or kind is FaultKind.SLOW_RESPONSE
 
 
 def by_kind(verdicts: Iterable[Verdict]) -> dict[str, dict[str, Any]]:

@@ -207,7 +207,8 @@ class FaultProxy:
         elif kind is FaultKind.SLOW_RESPONSE:
             await asyncio.sleep(SLOW_S)
             detail["delay_s"] = SLOW_S
-            if not await self._forward(i, head, body, writer):
+            if not await self._forward(i, head, body, writer):  # killed / down meanwhile
+                self.collateral.append({"target": i, "request_id": rid, "why": "engine unreachable"})
                 reset(writer)
         elif kind is FaultKind.ENGINE_KILLED:
             ok = await self._forward(i, head, body, writer, kill_first=True)
