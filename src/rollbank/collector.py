@@ -41,7 +41,7 @@ from rollbank.episodes.replay import EpisodeRecorder
 from rollbank.episodes.runner import EpisodeRunner
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.episodes.workload import make_workload
+from rollbank.episodes.workload import TraceWorkload, make_workload
 from rollbank.errors import InputError
 from rollbank.extras import require
 from rollbank.inference_plane import InferencePlane, open_inference
@@ -122,6 +122,7 @@ async def collect(
     on_batch: Callable[[Batch, Path], Awaitable[None]] | None = None,
     resume: ResumePlan | None = None,
     scorer: PolicyScorer | None = None,
+    workload: TraceWorkload | None = None,
 ) -> CollectResult:
     """Run one collection with opened planes; write batches, events, episodes, summary.
 
@@ -129,7 +130,9 @@ async def collect(
     versions); ``on_batch(batch, path)`` runs after a batch is written, before it is
     acknowledged (``rollbank train`` trains on it there); ``resume`` continues that crashed
     run in ``out_dir`` (``rollbank.resume``); ``scorer`` scores groups for the staleness gate
-    (``config.staleness.collection``; default: the engines' prompt log-probs).
+    (``config.staleness.collection``; default: the engines' prompt log-probs); ``workload``
+    replaces the one ``config.workload`` describes (a benchmark's scripted actions:
+    ``rollbank bench faults``).
     """
     clock = clock or MonotonicClock()
     if resume is None:
@@ -166,7 +169,7 @@ async def collect(
         config.runner, tasks={t.task_id: t for t in tasks}, source=sandboxes.source,
         verifier=sandboxes.verifier, harness=make_harness_for(config),
         tokenizer=inference.tokenizer, clients=inference.clients, router=router, clock=clock,
-        recorder=recorder, workload=make_workload(config.workload),
+        recorder=recorder, workload=workload or make_workload(config.workload),
     ))
     summaries: list[BatchSummary] = []
     prom: Any = None

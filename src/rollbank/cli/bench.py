@@ -1,4 +1,4 @@
-"""`rollbank bench {sandbox,routing,collect,schedule,host,publish,train-step,soak,learning}`:
+"""`rollbank bench {sandbox,routing,collect,schedule,host,publish,train-step,soak,learning,faults,...}`:
 benchmarks that print JSON.
 
 Each benchmark module exposes ``add_arguments(parser)`` (cheap) and ``run(args) -> int``
@@ -12,6 +12,7 @@ from typing import Any
 
 BENCHES = {
     "accelsim-fidelity": "rollbank.bench.accelsim_fidelity",
+    "faults": "rollbank.bench.faults",
     "sandbox": "rollbank.bench.sandbox",
     "routing": "rollbank.bench.routing",
     "collect": "rollbank.bench.collect",

@@ -55,7 +55,12 @@ from rollbank.errors import RollbankError, SandboxError
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import Task
 
-PROBE_COMMAND = "ls / >/dev/null && echo ok"
+#: ``ok`` if the sandbox runs a trivial command, plus ``stopped`` if any of its processes is
+#: stopped (SIGSTOP: a stopped sandbox does not run; billing does not see it as a stall, so
+#: a timeout there is an experiment's question, not the model's penalty). Without grep the
+#: second part prints nothing.
+PROBE_COMMAND = ("ls / >/dev/null && echo ok; "
+                 "grep -qs '^State:[[:space:]]*T' /proc/[0-9]*/status && echo stopped; true")
 
 BaselineOf = Callable[[str], VerifyBaseline | None]
 #: Wall seconds a whole replay may take (``RunnerConfig.replay_cap_s`` sets it per collection).
@@ -165,7 +170,10 @@ class Counterfactual:
         if r.timed_out or r.host_stalled:
             return Probe(ProbeState.TIMED_OUT, dt, f"no answer within {self.probe_timeout_s} s"
                          + (" (the host stalled it)" if r.host_stalled else ""))
-        if r.exit_code == 0 and "ok" in r.stdout:
+        if r.exit_code == 0 and "ok" in r.stdout.split():
+            if "stopped" in r.stdout.split():  # found by `rollbank bench faults`
+                return Probe(ProbeState.TIMED_OUT, dt, "processes of the sandbox are stopped "
+                             "(SIGSTOP): it does not run")
             return Probe(ProbeState.OK, dt)
         return Probe(ProbeState.FAILED, dt,
                      f"exit {r.exit_code} signal {r.signal}: {(r.stderr or r.stdout)[-300:]}")

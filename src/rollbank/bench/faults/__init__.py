@@ -1,0 +1,53 @@
+"""`rollbank bench faults`: a fault-injection campaign on real parts, with exact attribution.
+
+Runs collections on real bubblewrap sandboxes, real verifiers and real engine processes
+(accel-sim: a benchmark instrument, separate HTTP servers speaking vLLM's API at ~no CPU, so
+the campaign fits on 2 cores) while injecting seeded faults of every kind in
+:data:`.kinds.EXPECT`: from outside (signals, a frozen cgroup, a full writable layer, a killed
+engine, a fault proxy, a port down, the collector SIGKILLed then resumed) and through the
+model's actions (a scripted policy: :mod:`.script`). Reports, per kind, faults injected vs
+correctly attributed, and checks batches (complete groups, advantages over valid siblings),
+the attempt ledger, and leaks (processes, cgroups, mounts, fds, sandbox folders) afterwards.
+Prints one JSON object; exit 1 when a check fails.
+
+Modules: :mod:`.kinds` (kinds, expected outcomes, schedule), :mod:`.script` (scripted policy),
+:mod:`.inject` (sandbox injector), :mod:`.proxy` (HTTP fault proxy), :mod:`.engines`,
+:mod:`.tasks`, :mod:`.campaign` (the in-process phase), :mod:`.crash` (collector kills),
+:mod:`.checks`, :mod:`.leaks`, :mod:`.report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--json", action="store_true", help="print one JSON object (the default output anyway)")
+    a("--quick", action="store_true", help="CI smoke size: a few faults of every kind")
+    a("--faults", type=int, default=500, help="target number of faults injected (in-process "
+      "phase; the collector kills come on top)")
+    a("--collector-kills", type=int, default=None,
+      help="collector SIGKILL + resume cycles (default: faults / 50, at least 2)")
+    a("--rate", type=float, default=0.6, help="share of attempts that get a fault")
+    a("--seed", type=int, default=0, help="campaign seed (fault schedule, task order, kills)")
+    a("--groups", type=int, default=4, help="G: complete groups per batch")
+    a("--group-size", type=int, default=4, help="n: siblings per group")
+    a("--pool-groups", type=int, default=8, help="G': groups in flight (over-provisioning)")
+    a("--batches-per-round", type=int, default=2, help="batches per collection round")
+    a("--max-rounds", type=int, default=200, help="stop after this many rounds")
+    a("--sandbox-slots", type=int, default=12, help="sandboxes at once")
+    a("--clean-tasks", type=int, default=12, help="clean tasks (besides 3 verifier-fault tasks)")
+    a("--step-timeout", type=float, default=5.0, help="per-command timeout (s)")
+    a("--max-host-stall", type=float, default=10.0,
+      help="sandbox.local.max_host_stall_s (a frozen command is stopped as host_stalled)")
+    a("--engines", type=int, default=2, help="accel-sim engine processes")
+    a("--accelsim-profile", default="h100-llama3.1-8b", help="accel-sim latency profile")
+    a("--out", type=Path, default=Path("runs/bench-faults"), help="run folders go here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rollbank.bench.faults.report import main
+
+    return main(args)

@@ -1,0 +1,206 @@
+"""The fault campaign's pure parts: schedule, scripted policy, request ids, proxy head
+rewrite, verdicts and the batch / ledger checks (the campaign itself runs on real parts:
+tests/integration/test_bench_faults.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from rollbank.batching.advantages import AdvantageConfig, grpo_advantages
+from rollbank.batching.batch import GroupResult
+from rollbank.bench.faults.checks import by_kind, check_group, check_ledger, verdict
+from rollbank.bench.faults.inject import FaultLog, fill
+from rollbank.bench.faults.kinds import (
+    ENGINE_KINDS,
+    EXPECT,
+    MODEL_KINDS,
+    PER_ATTEMPT,
+    SANDBOX_KINDS,
+    FaultKind,
+    FaultSchedule,
+)
+from rollbank.bench.faults.proxy import close_head, parse_rid, read_request
+from rollbank.bench.faults.script import MARKER, MODEL_COMMANDS, ScriptedWorkload
+from rollbank.bench.faults.tasks import task_id_kind, write_tasks
+from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.trajectory import Trajectory
+from rollbank.scheduling.scheduler import attempt_seed
+
+
+def test_every_kind_has_an_expectation() -> None:
+    assert set(EXPECT) == set(FaultKind)
+    assert EXPECT[FaultKind.SLOW_RESPONSE].outcomes == {"model_success", "model_failure"}
+    # the model's own doing is never infra (OOM / pids: the episode goes on, the verifier decides)
+    assert all(EXPECT[k].outcomes <= {"model_success", "model_failure"} for k in MODEL_KINDS)
+    assert EXPECT[FaultKind.MODEL_TIMEOUT].outcomes == {"model_failure"}
+    assert all(EXPECT[k].outcomes == {"infra_failure"} for k in SANDBOX_KINDS + ENGINE_KINDS
+               if k is not FaultKind.SLOW_RESPONSE)
+
+
+def test_schedule_is_seeded_rotates_kinds_and_respects_exemptions() -> None:
+    a, b = FaultSchedule(7, 0.5), FaultSchedule(7, 0.5)
+    seeds = [attempt_seed(7, seq, slot) for seq in range(60) for slot in range(4)]
+    assert [a.planned(s) for s in seeds] == [b.planned(s) for s in seeds]
+    got = [p for p in (a.planned(s) for s in seeds) if p is not None]
+    assert 0.35 < len(got) / len(seeds) < 0.65
+    assert {p.kind for p in got} == set(PER_ATTEMPT)
+    assert all(0 <= p.turn < 2 and 0.2 <= p.delay_s <= 1.0 for p in got)
+    first = next(s for s in seeds if a.planned(s) is not None)
+    a.exempt.add(first)
+    assert a.planned(first) is None
+    assert FaultSchedule(7, 0.0).planned(first) is None
+    with pytest.raises(ValueError):
+        FaultSchedule(0, 1.5)
+
+
+def test_scripted_policy_carries_the_attempts_fault() -> None:
+    sched = FaultSchedule(3, 1.0)
+    wl = ScriptedWorkload(sched)
+    seeds = [attempt_seed(3, seq, slot) for seq in range(40) for slot in range(4)]
+    for s in seeds:
+        p = sched.planned(s)
+        assert p is not None
+        cmds = [t.command().text for t in wl.plan("faults-ok-0", s).turns]
+        assert len(cmds) == 2
+        if p.kind in MODEL_KINDS:
+            assert cmds[p.turn] == MODEL_COMMANDS[p.kind]
+        elif p.kind in SANDBOX_KINDS:
+            assert cmds[p.turn].startswith(f"echo {s} > {MARKER}")
+        else:
+            assert not any(MARKER in c for c in cmds)
+        assert wl.plan("faults-ok-0", s).action(1).done
+    # an attempt on a verifier-fault task gets no other fault
+    s = seeds[0]
+    assert task_id_kind("faults-verifier-hang") is FaultKind.VERIFIER_HANG
+    wl.plan("faults-verifier-hang", s)
+    assert sched.planned(s) is None
+
+
+def test_tasks_are_written_with_their_fault(tmp_path: Path) -> None:
+    from rollbank.tasks.loader import load_tasks
+
+    write_tasks(tmp_path, clean=2, verifier_faults=True)
+    ids = sorted(t.task_id for t in load_tasks([str(tmp_path)]))
+    assert ids == ["faults-ok-0", "faults-ok-1", "faults-verifier-crash", "faults-verifier-hang",
+                   "faults-verifier-no-reward"]
+    assert [task_id_kind(i) for i in ids].count(None) == 2
+
+
+def test_request_ids_map_to_attempts() -> None:
+    assert parse_rid("g00012/s3/r0/t1") == (12, 3, 0, 1)
+    assert parse_rid("g00012-q1/s0/r2/t0") == (12, 0, 2, 0)
+    assert parse_rid("calibrate-0") is None
+
+
+def test_proxy_reads_requests_and_closes_connections() -> None:
+    async def go() -> tuple[bytes, bytes] | None:
+        r = asyncio.StreamReader()
+        r.feed_data(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nConnection: keep-alive"
+                    b"\r\n\r\nabcdGET")
+        r.feed_eof()
+        return await read_request(r)
+
+    got = asyncio.run(go())
+    assert got is not None
+    head, body = got
+    assert body == b"abcd"
+    out = close_head(head)
+    assert b"keep-alive" not in out and out.endswith(b"Connection: close\r\n\r\n")
+
+
+def test_fill_stops_at_enospc(tmp_path: Path) -> None:
+    dev_full = Path("/dev/full")  # every write fails with ENOSPC
+    if not dev_full.exists():
+        pytest.skip("no /dev/full")
+    assert fill(dev_full) == 0
+
+
+def test_fault_log_injects_a_seed_once() -> None:
+    log = FaultLog()
+    assert log.first(5) and not log.first(5) and log.first(6)
+
+
+def _traj(i: int, reason: Reason, reward: float | None) -> Trajectory:
+    t = Trajectory(trajectory_id=f"g0/s{i}/r0", group_id="g0", task_id="t", attempt=i)
+    t.outcome = EpisodeOutcome.of(reason, reward=reward)
+    return t
+
+
+def test_verdicts_by_kind() -> None:
+    ok = verdict(FaultKind.HTTP_5XX, _traj(0, Reason.INFERENCE_ERROR, None))
+    bad = verdict(FaultKind.MODEL_OOM, _traj(1, Reason.HOST_STALLED, None))
+    lost = verdict(FaultKind.CONN_RESET, None, attempt_id="g0/s2/r0")
+    assert ok.correct and not bad.correct and not lost.observed
+    kinds = by_kind([ok, bad, lost])
+    assert kinds["http_5xx"] == {"injected": 1, "observed": 1, "confounded": 0, "correct": 1,
+                                 "expected": ["infra_failure"],
+                                 "reasons": {"infra_failure/inference_error": 1}}
+    assert kinds["model_oom"]["correct"] == 0 and kinds["conn_reset"]["observed"] == 0
+
+
+def _group(trajs: list[Trajectory], advantages: tuple[float, ...] | None = None,
+           infra_final: int = 0) -> GroupResult:
+    cfg = AdvantageConfig()
+    rewards = tuple(float(t.outcome.reward or 0.0) for t in trajs if t.outcome is not None)
+    adv = grpo_advantages(list(rewards), cfg).advantages if advantages is None else advantages
+    return GroupResult("g0", "t", 0, tuple(trajs), rewards, adv, False, len(trajs) + infra_final,
+                       infra_final, 0, 0.0, 1.0)
+
+
+def test_group_check_finds_bad_groups() -> None:
+    cfg = AdvantageConfig()
+    good = [_traj(0, Reason.VERIFIED_PASS, 1.0), _traj(1, Reason.VERIFIED_FAIL, 0.0)]
+    assert check_group(_group(good), cfg, 2) == []
+    assert any("advantages" in e for e in check_group(_group(good, (0.5, -0.5)), cfg, 2))
+    infra = [*good, _traj(2, Reason.SANDBOX_DIED, None)]
+    assert any("non-trainable" in e for e in check_group(_group(infra), cfg, 2))
+    assert any("min_valid" in e for e in check_group(_group(good[:1], infra_final=1), cfg, 2))
+    twice = [good[0], _traj(0, Reason.VERIFIED_FAIL, 0.0)]
+    assert any("slot twice" in e for e in check_group(_group(twice), cfg, 2))
+
+
+def test_ledger_check() -> None:
+    ledger = {"launched": 3, "consumed": 1, "retried": 1, "waste": 1, "in_flight": 0}
+    trajs = [_traj(i, Reason.VERIFIED_PASS, 1.0) for i in range(3)]
+    assert check_ledger(ledger, trajs, 3) == []
+    assert check_ledger({**ledger, "waste": 0}, trajs, 3)
+    assert check_ledger(ledger, trajs, 4)
+    assert check_ledger(ledger, [*trajs, trajs[0]], 3)
+
+
+def test_an_attempt_hit_by_engine_collateral_is_confounded_not_judged() -> None:
+    from rollbank.bench.faults.checks import confounder
+
+    t = _traj(0, Reason.INFERENCE_ERROR, None)
+    assert confounder(t, {t.trajectory_id}) is not None
+    assert confounder(t, set()) is None
+    t.outcome = EpisodeOutcome.of(Reason.INFERENCE_ERROR, error="POST /x: cannot connect: refused")
+    assert confounder(t, set()) is not None
+    assert confounder(_traj(1, Reason.HOST_STALLED, None), {"g0/s1/r0"}) is None
+    # regression (second full run): a slow response whose delayed request met an engine
+    # killed for another attempt was judged as the slow response's inference error
+    from rollbank.bench.faults.checks import may_be_confounded
+
+    assert may_be_confounded(FaultKind.SLOW_RESPONSE) and may_be_confounded(FaultKind.MODEL_OOM)
+    assert not may_be_confounded(FaultKind.HTTP_5XX)
+    v = verdict(FaultKind.MODEL_TIMEOUT, t)
+    v.confounded = confounder(t, set())
+    assert not v.observed and by_kind([v])["model_timeout"]["confounded"] == 1
+
+
+def test_a_sandbox_fault_joins_the_run_it_landed_on() -> None:
+    # regression (full campaign run): joined to the slot's first run, so a fault that landed
+    # on the retry (the first run died earlier of a port down) was judged on the wrong run
+    from rollbank.bench.faults.campaign import _run_in
+    from rollbank.episodes.spans import Span, add_span
+
+    r0, r1 = _traj(0, Reason.INFERENCE_ERROR, None), _traj(0, Reason.SANDBOX_DIED, None)
+    r1.retry, r1.trajectory_id = 1, "g0/s0/r1"
+    for t, sb in ((r0, "sbA"), (r1, "sbB")):
+        t.seed = 11
+        add_span(t, Span("episode", 0.0, 1.0, t.trajectory_id, sandbox=sb))
+    assert _run_in([r0, r1], 11, "sbB") is r1
+    assert _run_in([r0, r1], 11, "sbC") is None
