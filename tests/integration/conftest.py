@@ -26,10 +26,14 @@ import asyncio
 import logging
 import os
 import selectors
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from rollbank.sandbox.local.backend import LocalBackend
 
 SLOW_CALLBACK_S = float(os.environ.get("ROLLBANK_SLOW_CALLBACK_S", "1.0"))
 
@@ -122,3 +126,26 @@ def _no_slow_callbacks(request: pytest.FixtureRequest) -> Iterator[None]:
             + "\n".join(slow[:10]),
             pytrace=False,
         )
+
+
+# ------------------------------------------------------------ shared real-sandbox fixtures
+# (a test module may define its own ``base`` / ``backend`` to override these)
+@pytest.fixture(scope="module")
+def base() -> Path:
+    """The Ubuntu 24.04 base rootfs (built once, cached by content hash)."""
+    from rollbank.tasks.bases import ensure_base
+
+    return ensure_base("ubuntu:24.04").path
+
+
+@pytest.fixture
+async def backend(tmp_path: Path) -> AsyncIterator[LocalBackend]:
+    """A real bubblewrap backend with its run directory in the test's tmp dir, closed after."""
+    from rollbank.sandbox.local.backend import LocalBackend
+    from rollbank.sandbox.local.config import LocalSandboxConfig
+
+    be = LocalBackend(LocalSandboxConfig(run_dir=tmp_path / "run"))
+    try:
+        yield be
+    finally:
+        await be.aclose()

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,25 +31,10 @@ from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.protocol import ExecResult, Limits, SandboxSpec
-from rollbank.tasks.bases import ensure_base
 
 pytestmark = pytest.mark.integration
 
 FREEZE_S = 3.0  # longer than every step timeout used below
-
-
-@pytest.fixture(scope="module")
-def base() -> Path:
-    return ensure_base("ubuntu:24.04").path
-
-
-@pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[LocalBackend]:
-    be = LocalBackend(LocalSandboxConfig(run_dir=tmp_path / "run"))
-    try:
-        yield be
-    finally:
-        await be.aclose()
 
 
 async def start(backend: LocalBackend, base: Path, **limits: int) -> LocalSandbox:

@@ -14,7 +14,6 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.protocol import SandboxSpec
-from rollbank.tasks.bases import ensure_base
 
 pytestmark = pytest.mark.integration
 
@@ -73,20 +71,6 @@ try:
 except OSError as e:
     print("UNREACHABLE", e.errno)
 EOF"""
-
-
-@pytest.fixture(scope="module")
-def base() -> Path:
-    return ensure_base("ubuntu:24.04").path
-
-
-@pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[LocalBackend]:
-    be = LocalBackend(LocalSandboxConfig(run_dir=tmp_path / "run"))
-    try:
-        yield be
-    finally:
-        await be.aclose()
 
 
 async def start(backend: LocalBackend, base: Path) -> LocalSandbox:

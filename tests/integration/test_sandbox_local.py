@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,23 +23,8 @@ from rollbank.sandbox.local.cgroups import CgroupLayout
 from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.protocol import Limits, SandboxSpec
-from rollbank.tasks.bases import ensure_base
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def base() -> Path:
-    return ensure_base("ubuntu:24.04").path
-
-
-@pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[LocalBackend]:
-    be = LocalBackend(LocalSandboxConfig(run_dir=tmp_path / "run"))
-    try:
-        yield be
-    finally:
-        await be.aclose()
 
 
 def spec(base: Path, **kw: object) -> SandboxSpec:

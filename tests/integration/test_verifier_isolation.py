@@ -7,7 +7,6 @@ Each test plants the agent's change first and checks it is visible to an ordinar
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,8 @@ import pytest
 from rollbank.episodes.probes import CHEATS, probe_built
 from rollbank.episodes.verifier import TOOLCHAIN_PINS, run_oracle, run_verifier
 from rollbank.sandbox.local.backend import LocalBackend
-from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.protocol import SandboxSpec
-from rollbank.tasks.bases import ensure_base
 from rollbank.tasks.builder import EnvironmentBuilder
 from rollbank.tasks.loader import load_tasks
 
@@ -26,20 +23,6 @@ pytestmark = pytest.mark.integration
 
 TROJAN = ('p="$(command -v pytest)" && printf \'#!/bin/sh\\necho TROJAN\\nexit 0\\n\' > "$p" && '
           'chmod +x "$p"')
-
-
-@pytest.fixture(scope="module")
-def base() -> Path:
-    return ensure_base("ubuntu:24.04").path
-
-
-@pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[LocalBackend]:
-    be = LocalBackend(LocalSandboxConfig(run_dir=tmp_path / "run"))
-    try:
-        yield be
-    finally:
-        await be.aclose()
 
 
 async def start(backend: LocalBackend, base: Path) -> LocalSandbox:
