@@ -29,7 +29,7 @@ class Served:
     hub: CollectorHub
     app: Any
     http: httpx.AsyncClient
-    applied: list[tuple[int, str | None]]
+    applied: list[tuple[int, str | None, bool]]
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ async def served() -> AsyncIterator[Served]:
     hub = CollectorHub(BatchLeases(MonotonicClock(), lease_s=600), run_id="run-1", max_unacked=8,
                        clock=MonotonicClock(), registry=registry)
     app = build_app(hub, token=TOKEN, registry=registry, max_poll_s=60)
-    applied: list[tuple[int, str | None]] = []
+    applied: list[tuple[int, str | None, bool]] = []
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://svc",
                                  headers={"Authorization": f"Bearer {TOKEN}"}) as http:
@@ -46,8 +46,8 @@ async def served() -> AsyncIterator[Served]:
 
 
 def _start(s: Served) -> None:
-    async def apply(version: int, checkpoint: str | None) -> dict[str, Any]:
-        s.applied.append((version, checkpoint))
+    async def apply(version: int, checkpoint: str | None, lora: bool) -> dict[str, Any]:
+        s.applied.append((version, checkpoint, lora))
         return {"servers": ["fake"]}
 
     s.hub.collecting(apply, "/out")
@@ -136,20 +136,27 @@ async def test_versions_status_and_metrics(served: Served, tmp_path: Path) -> No
     assert (await http.post("/v1/versions", json={"version": 1})).status_code == 409
     assert (await http.post("/v1/versions", json={"version": 2, "checkpoint": str(tmp_path / "no")})
             ).status_code == 422
-    assert (await http.post("/v1/versions", json={"version": 2, "lora": "policy-v2"})).status_code == 422
+    assert (await http.post("/v1/versions", json={"version": 2, "lora": str(tmp_path / "no")})
+            ).status_code == 422  # the adapter directory must exist
+    assert (await http.post("/v1/versions", json={"version": 2, "lora": str(ckpt),
+                                                  "checkpoint": str(ckpt)})).status_code == 422
     r = await http.post("/v1/versions", json={"version": 3})
     assert r.json()["applied"] is False
-    assert served.applied == [(1, str(ckpt)), (3, None)]
+    adapter = tmp_path / "adapter-v4"
+    adapter.mkdir()
+    r = await http.post("/v1/versions", json={"version": 4, "lora": str(adapter)})
+    assert r.status_code == 200 and r.json()["lora"] == str(adapter) and r.json()["checkpoint"] is None
+    assert served.applied == [(1, str(ckpt), False), (3, None, False), (4, str(adapter), True)]
     await _written(hub, tmp_path, 0)
     await _written(hub, tmp_path, 1)
     assert (await http.post("/v1/batches/next", params={"timeout_s": 0})).status_code == 200
     status = (await http.get("/v1/status")).json()
-    assert status["run_id"] == "run-1" and status["state"] == "collecting" and status["version"] == 3
+    assert status["run_id"] == "run-1" and status["state"] == "collecting" and status["version"] == 4
     assert status["batches"]["written"] == 2 and status["in_flight"] == 1
     assert status["batches"]["ready"] == 1 and status["batches"]["acked"] == 0
     text = (await http.get("/metrics")).text
     assert 'rollbank_service_batches{state="written"} 2.0' in text
-    assert "rollbank_service_weight_version 3.0" in text
+    assert "rollbank_service_weight_version 4.0" in text
 
 
 async def test_backpressure_holds_the_collector_until_an_ack(tmp_path: Path) -> None:

@@ -60,13 +60,16 @@ class VersionIn(BaseModel):
     version: int = Field(ge=1, description="the new version; greater than the current one")
     checkpoint: str | None = Field(default=None, description="full-weights safetensors directory "
                                    "readable by the engines, to hot-load as this version")
-    lora: str | None = Field(default=None, description="LoRA adapter name: refused (422) for now; "
-                             "the collector's requests carry no adapter name")
+    lora: str | None = Field(default=None, description="instead of checkpoint: a PEFT adapter "
+                             "directory readable by the engines, loaded on every engine as "
+                             "policy-v<version>; the collector's requests switch to that adapter "
+                             "inside the publication's pause (engines need LoRA enabled)")
 
 
 class VersionOut(BaseModel):
     version: int
     checkpoint: str | None
+    lora: str | None = Field(default=None, description="the adapter directory, when a LoRA version")
     applied: bool = Field(description="true: the service hot-loaded the checkpoint")
     detail: dict[str, Any] = Field(description="the publication's timings and engines")
 
@@ -173,14 +176,17 @@ def build_app(hub: CollectorHub, *, token: str, registry: CollectorRegistry,
 
     @app.post("/v1/versions", response_model=VersionOut)
     async def announce(body: VersionIn) -> VersionOut:
-        if body.lora is not None:
-            raise ServiceError("LoRA versions are not supported by the service yet (the collector's "
-                               "requests carry no adapter name); announce a checkpoint", status=422)
-        if body.checkpoint is not None and not await asyncio.to_thread(Path(body.checkpoint).is_dir):
-            raise ServiceError(f"checkpoint {body.checkpoint} is not a directory on the service's "
-                               "machine", status=422)
-        rec = await hub.announce(body.version, body.checkpoint)
-        return VersionOut(version=rec.version, checkpoint=rec.checkpoint, applied=rec.applied,
+        if body.lora is not None and body.checkpoint is not None:
+            raise ServiceError("give checkpoint (full weights) or lora (an adapter), not both",
+                               status=422)
+        for name, path in (("checkpoint", body.checkpoint), ("lora", body.lora)):
+            if path is not None and not await asyncio.to_thread(Path(path).is_dir):
+                raise ServiceError(f"{name} {path} is not a directory on the service's machine",
+                                   status=422)
+        rec = await hub.announce(body.version, body.checkpoint or body.lora,
+                                 lora=body.lora is not None)
+        return VersionOut(version=rec.version, checkpoint=None if rec.lora else rec.checkpoint,
+                          lora=rec.checkpoint if rec.lora else None, applied=rec.applied,
                           detail=rec.detail)
 
     @app.get("/v1/status", response_model=StatusOut)

@@ -32,7 +32,7 @@ from rollbank.service.leases import BatchLeases, Lease
 
 State = Literal["starting", "collecting", "finished", "failed", "stopping"]
 #: apply(version, checkpoint) -> details of the publication (JSON-able)
-ApplyVersion = Callable[[int, str | None], Awaitable[dict[str, Any]]]
+ApplyVersion = Callable[[int, str | None, bool], Awaitable[dict[str, Any]]]  # version, path, lora
 
 
 class Finished:
@@ -46,10 +46,11 @@ class Finished:
 @dataclass(frozen=True)
 class VersionRecord:
     version: int
-    checkpoint: str | None
+    checkpoint: str | None  # the full-weights directory, or the adapter's when ``lora``
     applied: bool  # True: the service hot-loaded ``checkpoint``; False: the engines already serve it
     detail: dict[str, Any]
     announced_s: float  # since the service started
+    lora: bool = False
 
 
 class CollectorHub:
@@ -150,7 +151,8 @@ class CollectorHub:
             self.refresh_gauges()
             self._changed.notify_all()
 
-    async def announce(self, version: int, checkpoint: str | None) -> VersionRecord:
+    async def announce(self, version: int, checkpoint: str | None, *,
+                       lora: bool = False) -> VersionRecord:
         """Apply ``version``: 409 if not newer than the current one, 503 before the planes
         are open or after the collection ended."""
         async with self._announcing:
@@ -160,9 +162,9 @@ class CollectorHub:
             if self._apply is None or self.state != "collecting":
                 raise ServiceError(f"the collection is {self.state}: no engine to apply "
                                    f"version {version} to", status=503)
-            detail = await self._apply(version, checkpoint)
+            detail = await self._apply(version, checkpoint, lora)
             rec = VersionRecord(version, checkpoint, checkpoint is not None, detail,
-                                self.clock.now() - self._t0)
+                                self.clock.now() - self._t0, lora)
             self.version = version
             self.versions.append(rec)
             self.refresh_gauges()

@@ -32,11 +32,12 @@ from typing import Any
 from rollbank.batching.batch import Batch
 from rollbank.clock import MonotonicClock
 from rollbank.collector import check_output_folder, collect, enter_concurrently
-from rollbank.errors import PublicationError, ServiceError
+from rollbank.errors import ConfigError, PublicationError, ServiceError
 from rollbank.extras import require
 from rollbank.inference.publish import WeightPublisher
-from rollbank.inference.publishing.protocol import PLAN_TO_PAUSE
-from rollbank.inference_plane import open_inference
+from rollbank.inference.publishing.lora import LoraPublisher
+from rollbank.inference.publishing.protocol import PLAN_TO_PAUSE, WeightUpdate
+from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.routing.factory import router_from_config
 from rollbank.service.app import build_app
 from rollbank.service.config import ServeCollectorConfig, resolve_token
@@ -134,6 +135,36 @@ async def _serve(config: ServeCollectorConfig, tasks: list[Task], token: str, so
     return hub.status()
 
 
+def lora_publisher(plane: InferencePlane, publisher: WeightPublisher,
+                   config: ServeCollectorConfig) -> Callable[[], LoraPublisher]:
+    """The LoRA publisher for announced adapter versions, made on first use: every engine loads
+    the adapter as ``policy-v<version>``; inside the publication's pause (the same admission gate
+    as full-weight versions) each engine's version label moves and the collector's client for it
+    switches its requests' model name to the adapter, so no request reaches the old adapter
+    under the new version. A client that cannot load adapters or name one is a ConfigError."""
+    made: list[LoraPublisher] = []
+
+    def route(client: object, adapter: str | None) -> None:
+        client.model = adapter  # type: ignore[attr-defined]  # checked below: every client has it
+
+    def get() -> LoraPublisher:
+        if not made:
+            clients = list(plane.clients.values())
+            lacking = [type(c).__name__ for c in clients
+                       if not (hasattr(c, "load_lora") and hasattr(c, "model"))]
+            if lacking:
+                raise ConfigError(f"LoRA versions need engines that load adapters and clients "
+                                  f"that name them; {', '.join(sorted(set(lacking)))} cannot",
+                                  field="inference")
+            managed = config.inference.managed
+            made.append(LoraPublisher(
+                clients, plan=config.service.inflight, gate=publisher.gate, route=route,  # type: ignore[arg-type]
+                max_rank=managed.max_lora_rank if config.inference.kind == "managed" else None))
+        return made[0]
+
+    return get
+
+
 def _append_line(path: Path, record: dict[str, Any]) -> None:
     with path.open("a") as f:
         f.write(json.dumps(record, default=str) + "\n")
@@ -185,9 +216,23 @@ async def _collection(config: ServeCollectorConfig, tasks: list[Task], hub: Coll
             publisher = WeightPublisher(list(plane.clients.values()), clock=clock,
                                         pause_mode=PLAN_TO_PAUSE[config.service.inflight])
 
-            async def apply(version: int, checkpoint: str | None) -> dict[str, Any]:
+            adapters = lora_publisher(plane, publisher, config)
+
+            async def apply(version: int, checkpoint: str | None, lora: bool) -> dict[str, Any]:
                 detail: dict[str, Any] = {"servers": servers}
-                if checkpoint is not None:
+                if checkpoint is not None and lora:
+                    try:
+                        pub = adapters()
+                    except ConfigError as exc:
+                        raise ServiceError(str(exc), status=422) from exc
+                    try:
+                        rec = await pub.publish(WeightUpdate(path=checkpoint, lora=True),
+                                                version=version)
+                    except PublicationError as exc:
+                        raise ServiceError(f"LoRA version {version} from {checkpoint} failed: "
+                                           f"{exc}", status=502) from exc
+                    detail.update(rec.to_dict())
+                elif checkpoint is not None:
                     try:
                         report = await publisher.publish(checkpoint, version=version)
                     except PublicationError as exc:
@@ -199,7 +244,7 @@ async def _collection(config: ServeCollectorConfig, tasks: list[Task], hub: Coll
                     detail.update(report.to_dict())
                 for server in servers:  # prefix-affinity beliefs are void after a weight change
                     router.on_weight_version(server, version)
-                record = {"version": version, "checkpoint": checkpoint, "at_s": clock.now(),
+                record = {"version": version, "checkpoint": checkpoint, "lora": lora, "at_s": clock.now(),
                           "wall_clock": time.time(), **detail}
                 await asyncio.to_thread(_append_line, Path(config.output) / "versions.jsonl", record)
                 return detail
