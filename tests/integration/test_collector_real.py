@@ -41,6 +41,7 @@ def config(out: Path, *, warm: bool, extra: dict[str, object] | None = None) -> 
         "sandbox.warm": warm, "sandbox.cold_rebuild": True,
         "inference.managed.model": "tiny", "inference.managed.num_servers": 1,
         "inference.managed.kv_cache_gib": 1.0, "inference.calibrate": True,
+        "inference.calibration_max_age_s": 0,  # measure here, never reuse a cached calibration
     } | (extra or {}))
 
 

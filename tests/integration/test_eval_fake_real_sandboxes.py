@@ -39,8 +39,9 @@ def test_eval_cli_with_fake_inference_then_health(tmp_path: Path,
     for task, d in row["per_task"].items():
         assert health["tasks"][task]["attempts"] == 3
         assert health["tasks"][task]["successes"] == d["successes"]
-    # rotate the saturated ones out: pretend hello-greeting was always solved
-    health_file.write_text(json.dumps({**health, "saturated": ["hello-greeting"]}))
+    # rotate the saturated ones out: pretend the default's first task was always solved
+    first, *rest = load_collect_config(None, {}).include
+    health_file.write_text(json.dumps({**health, "saturated": [first]}))
     cfg = load_collect_config(None, {"exclude_saturated_from": str(health_file)})
     ids = {t.task_id for t in select_tasks(cfg)}
-    assert "hello-greeting" not in ids and "count-lines" in ids
+    assert first not in ids and ids == set(rest) and rest
