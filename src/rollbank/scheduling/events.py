@@ -16,6 +16,7 @@ Invariants
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -195,4 +196,7 @@ class DiscardOutbox(list[Event]):
     """An outbox that keeps nothing (long simulations that do not read events)."""
 
     def append(self, event: Event) -> None:
+        return None
+
+    def extend(self, events: Iterable[Event]) -> None:
         return None

@@ -46,17 +46,14 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
-from rollbank.batching.batch import Batch, GroupResult, Unreachable
-from rollbank.batching.stats import max_version, version_lag_histogram
+from rollbank.batching.batch import GroupResult, Unreachable
 from rollbank.clock import Clock
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import (
-    AttemptCarried,
     AttemptEvent,
     AttemptFinished,
-    BatchEvent,
     BatchHandoff,
     DiscardOutbox,
     Event,
@@ -64,8 +61,6 @@ from rollbank.scheduling.events import (
     TaskUnreachable,
 )
 from rollbank.scheduling.inference_slots import InferenceSlots
-from rollbank.scheduling.ledger import AttemptState
-from rollbank.scheduling.profile import selection_profile
 from rollbank.scheduling.ready_bank import GroupStatus, ReadyBank, Retry
 from rollbank.scheduling.sandbox_slots import SandboxSlots
 from rollbank.scheduling.types import (
@@ -79,6 +74,7 @@ from rollbank.scheduling.types import (
     StragglerPolicy,
 )
 from rollbank.scheduling.verifier_slots import VerifierSlots
+from rollbank.scheduling.window import close_window
 
 
 def attempt_seed(base: int, seq: int, slot: int) -> int:
@@ -336,35 +332,11 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
                 u = self._abort_straggler(gid, out)
                 if u is not None:
                     unreachable.append(u)
-        accepted = self.bank.consumed_entries([g.group_id for g in groups])
-        ledger = self.bank.ledger
-        profile = selection_profile(groups, accepted, ledger.pool, ledger.in_flight(), now)
-        for e in self.bank.ledger.unsettled():
-            if e.state is AttemptState.DELIVERED:
-                continue  # in a batch (this one or one awaiting acknowledgement), not carried
-            self.outbox.append(AttemptCarried(
-                kind=EventKind.CARRIED, t=now, **self._ids(e.key),
-                batch_index=self.batch_index, running=e.state is AttemptState.IN_FLIGHT,
-            ))
-        accounting = self.bank.ledger.close_window(now)
-        trajs = [t for g in groups for t in g.trajectories]
-        version = max_version(trajs)
         start = self._window_start if self._window_start is not None else now
-        batch = Batch(
-            index=self.batch_index, groups=tuple(groups), accounting=accounting,
-            profile=profile, window_start=start, ready_at=now,
-            complete=len(groups) == cfg.groups_per_batch,
-            meta={"policy_version": version,
-                  "version_lag": version_lag_histogram(trajs, version),
-                  "mode": cfg.mode.value, "straggler": cfg.straggler.value},
-            unreachable=tuple(unreachable),
-        )
-        self.outbox.append(BatchEvent(
-            kind=EventKind.BATCH_READY, t=now, batch_index=self.batch_index,
-            groups=len(groups), trajectories=len(trajs), window_start=start,
-            accounting={k: v for k, v in accounting.to_dict().items() if isinstance(v, int)},
-            delivered=tuple(e.key.attempt_id for e in accepted),
-        ))
+        batch, events = close_window(self.bank, groups, index=self.batch_index, window_start=start,
+                                     now=now, config=cfg, unreachable=unreachable, ids=self._ids,
+                                     record=self._record)
+        self.outbox.extend(events)
         self.bank.check()  # every hand-off: a broken invariant stops the run
         out.append(EmitBatch(batch))
         self.batch_index += 1
