@@ -35,7 +35,7 @@ from rollbank.collector import check_output_folder, collect, enter_concurrently
 from rollbank.errors import ConfigError, PublicationError, ServiceError
 from rollbank.extras import require
 from rollbank.inference.publish import WeightPublisher
-from rollbank.inference.publishing.lora import LoraPublisher
+from rollbank.inference.publishing.lora import LoraPublisher, routed_lora_publisher
 from rollbank.inference.publishing.protocol import PLAN_TO_PAUSE, WeightUpdate
 from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.routing.factory import router_from_config
@@ -137,28 +137,19 @@ async def _serve(config: ServeCollectorConfig, tasks: list[Task], token: str, so
 
 def lora_publisher(plane: InferencePlane, publisher: WeightPublisher,
                    config: ServeCollectorConfig) -> Callable[[], LoraPublisher]:
-    """The LoRA publisher for announced adapter versions, made on first use: every engine loads
-    the adapter as ``policy-v<version>``; inside the publication's pause (the same admission gate
-    as full-weight versions) each engine's version label moves and the collector's client for it
-    switches its requests' model name to the adapter, so no request reaches the old adapter
-    under the new version. A client that cannot load adapters or name one is a ConfigError."""
+    """The LoRA publisher for announced adapter versions, made on first use
+    (``routed_lora_publisher``: every engine loads the adapter as ``policy-v<version>``; inside
+    the publication's pause, with the same admission gate as full-weight versions, each engine's
+    version label moves and its client's requests switch to the adapter). A client that cannot
+    load adapters or name one is a ConfigError."""
     made: list[LoraPublisher] = []
-
-    def route(client: object, adapter: str | None) -> None:
-        client.model = adapter  # type: ignore[attr-defined]  # checked below: every client has it
 
     def get() -> LoraPublisher:
         if not made:
-            clients = list(plane.clients.values())
-            lacking = [type(c).__name__ for c in clients
-                       if not (hasattr(c, "load_lora") and hasattr(c, "model"))]
-            if lacking:
-                raise ConfigError(f"LoRA versions need engines that load adapters and clients "
-                                  f"that name them; {', '.join(sorted(set(lacking)))} cannot",
-                                  field="inference")
             managed = config.inference.managed
-            made.append(LoraPublisher(
-                clients, plan=config.service.inflight, gate=publisher.gate, route=route,  # type: ignore[arg-type]
+            made.append(routed_lora_publisher(
+                list(plane.clients.values()), plan=config.service.inflight, gate=publisher.gate,
+                field="inference",
                 max_rank=managed.max_lora_rank if config.inference.kind == "managed" else None))
         return made[0]
 

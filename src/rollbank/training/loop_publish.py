@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rollbank.errors import ConfigError
 from rollbank.inference.protocol import AdmissionGate, InferenceClient
@@ -68,10 +68,6 @@ class PatternPublisher:
         await self.inner.aclose()
 
 
-class _ModelTarget(Protocol):
-    model: str | None
-
-
 def _need(clients: Sequence[InferenceClient], method: str, pattern: str) -> None:
     for c in clients:
         if not callable(getattr(c, method, None)):
@@ -86,9 +82,9 @@ def build_publisher(config: TrainConfig, clients: Sequence[InferenceClient], gat
     from rollbank.inference.publishing import (
         CheckpointPublisher,
         DirectPublisher,
-        LoraPublisher,
         ServedWeights,
     )
+    from rollbank.inference.publishing.lora import routed_lora_publisher
 
     loop = config.loop
     plan = loop.inflight
@@ -110,18 +106,10 @@ def build_publisher(config: TrainConfig, clients: Sequence[InferenceClient], gat
         direct = DirectPublisher(cast(Any, clients), served, plan=plan, compact=loop.compact, gate=gate)
         direct.fleet.keep_kv = salted
         return PatternPublisher(direct, wants_tensors=True)
-    _need(clients, "load_lora", pattern)
-    for c in clients:
-        if not hasattr(c, "model"):
-            raise ConfigError(f"the lora pattern routes requests by the client's model name; "
-                              f"{type(c).__name__} has none", field="loop.publisher")
-
-    def route(client: object, adapter: str | None) -> None:
-        cast(_ModelTarget, client).model = adapter  # every later request names this adapter
-
-    lora = LoraPublisher(cast(Any, clients), plan=plan, gate=gate, route=route,
-                         max_rank=config.collect.inference.managed.max_lora_rank
-                         if config.collect.inference.kind == "managed" else None)
+    lora = routed_lora_publisher(
+        clients, plan=plan, gate=gate, field="loop.publisher",
+        max_rank=config.collect.inference.managed.max_lora_rank
+        if config.collect.inference.kind == "managed" else None)
     return PatternPublisher(lora, wants_tensors=False, lora=True)
 
 

@@ -18,7 +18,7 @@ import contextlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.errors import ConfigError, PublicationError
@@ -161,6 +161,23 @@ class LoraPublisher:
 
     async def aclose(self) -> None:
         return None
+
+
+def routed_lora_publisher(clients: Sequence[object], *, plan: InflightPlan,
+                          gate: AdmissionGate | None, max_rank: int | None,
+                          field: str) -> LoraPublisher:
+    """A :class:`LoraPublisher` that switches each client's requests to the new adapter (its
+    ``model``) inside the paused step naming the version. Every client must load adapters and
+    name the model its requests go to; otherwise a :class:`ConfigError` on ``field``."""
+    for c in clients:
+        if not (callable(getattr(c, "load_lora", None)) and hasattr(c, "model")):
+            raise ConfigError(f"the lora pattern needs servers that load adapters and clients "
+                              f"that name them; {type(c).__name__} cannot", field=field)
+
+    def route(client: object, adapter: str | None) -> None:
+        cast(Any, client).model = adapter  # every later request names this adapter
+
+    return LoraPublisher(cast(Any, clients), plan=plan, gate=gate, route=route, max_rank=max_rank)
 
 
 def _size(path: Path) -> int:
