@@ -80,11 +80,9 @@ def gated_columns(batch: Batch, gated: dict[str, GatedGroup | None], counters: G
     scored: list[ScoredTokens] = []
     versions: list[int] = []
     scorers: set[str] = set()
-    for group in batch.groups:
-        g = gated.get(group.group_id)
-        if g is None:
-            continue
-        by_id = {d.trajectory_id: d for d in g.judged.decision.decisions}
+    judged = [(group, g, {d.trajectory_id: d for d in g.judged.decision.decisions})
+              for group in batch.groups if (g := gated.get(group.group_id)) is not None]
+    for group, g, by_id in judged:
         for t in group.trajectories:
             decisions.append(by_id[t.trajectory_id])
             s = g.judged.scored.get(t.trajectory_id)
@@ -95,11 +93,7 @@ def gated_columns(batch: Batch, gated: dict[str, GatedGroup | None], counters: G
     results, correction_stats = batch_corrections(scored, config.correction)
     corrections = {s.trajectory_id: r for s, r in zip(scored, results, strict=True)}
     rows: dict[str, dict[str, Any]] = {}
-    for group in batch.groups:
-        g = gated.get(group.group_id)
-        if g is None:
-            continue
-        by_id = {d.trajectory_id: d for d in g.judged.decision.decisions}
+    for group, g, by_id in judged:
         for t in group.trajectories:
             tid = t.trajectory_id
             rows[tid] = row_values(
