@@ -76,7 +76,7 @@ class GroupDone:
 BankDecision = Retry | GroupDone | None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Slot:
     current: AttemptKey
     result: Trajectory | None = None
@@ -85,7 +85,7 @@ class _Slot:
     stale_retries: int = 0  # re-runs caused by the staleness gate (scheduling/gated_bank.py)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Group:
     group_id: str
     task_id: str
@@ -177,7 +177,8 @@ class ReadyBank:
         slot.result = traj
         if not valid and slot.retries < self.config.max_retries:
             self._settle(key, AttemptState.RETRIED, now)
-            self.outbox.append(self._attempt_event(EventKind.RETRIED, key))
+            if self._record:
+                self.outbox.append(self._attempt_event(EventKind.RETRIED, key))
             slot.retries += 1
             slot.current = AttemptKey(key.seq, key.slot, key.retry + 1, key.group_id)
             slot.result = None

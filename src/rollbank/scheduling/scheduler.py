@@ -96,6 +96,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         if not task_ids:
             raise ValueError("the scheduler needs at least one task id")
         self.config = config.effective()
+        self._naive = self.config.mode is SchedulingMode.NAIVE  # the mode never changes
         self.task_ids = list(task_ids)
         self.clock = clock
         self._record = record_events  # False (long simulations): no event objects are built
@@ -130,7 +131,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
 
     @property
     def naive(self) -> bool:
-        return self.config.mode is SchedulingMode.NAIVE
+        return self._naive
 
     def _remaining(self, group_id: str) -> int:  # for VerifierSlots
         return self.bank.remaining(group_id)
@@ -275,27 +276,32 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         return set(by_seq[need:])
 
     def _launch(self, out: list[Decision]) -> None:
+        queue, running, bank, cfg = self._queue, self._running, self.bank, self.config
+        slots = self.sandbox_slots
+        self._holding = False
+        if not queue or len(running) >= slots:
+            return  # nothing to launch (and so nothing held back)
         now = self.clock.now()
-        hold = (not self.naive and self.config.hold_extras_when_contended
+        hold = (not self._naive and cfg.hold_extras_when_contended
                 and (self.inference_contended() or self.verifier_contended()))
         extras = self._extra_groups() if hold else set()
-        self._holding = False
-        while self._queue and len(self._running) < self.sandbox_slots:
-            key, task_id = heapq.heappop(self._queue)
-            if self.bank.status(key.group_id) is not GroupStatus.OPEN:
+        seed_base, group_size, record = cfg.seed, cfg.bank.group_size, self._record
+        while queue and len(running) < slots:
+            key, task_id = heapq.heappop(queue)
+            if bank.status(key.group_id) is not GroupStatus.OPEN:
                 continue  # its group was aborted while it waited
-            if key.group_id in extras:
+            if extras and key.group_id in extras:
                 # every key after it in the heap has a later seq: all extras, all held
-                heapq.heappush(self._queue, (key, task_id))
+                heapq.heappush(queue, (key, task_id))
                 self._holding = True
                 break
             if self._window_start is None:
                 self._window_start = now
-            self.bank.on_launched(key)
-            self._running[key] = task_id
-            seed = attempt_seed(self.config.seed, key.seq, key.slot)
-            spec = AttemptSpec(key, task_id, seed, self.config.bank.group_size, now)
-            if self._record:
+            bank.on_launched(key)
+            running[key] = task_id
+            seed = attempt_seed(seed_base, key.seq, key.slot)
+            spec = AttemptSpec(key, task_id, seed, group_size, now)
+            if record:
                 self.outbox.append(self._event(EventKind.LAUNCHED, key))
             out.append(Launch(spec))
 
