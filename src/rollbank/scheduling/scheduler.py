@@ -231,9 +231,6 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         self.bank.check(full=True)
 
     # ------------------------------------------------------------ internals
-    def _pool_size(self) -> int:
-        return self.bank.open_count + self.bank.ready_count
-
     def _can_create(self) -> bool:
         return self.config.max_groups is None or self._created < self.config.max_groups
 
@@ -247,7 +244,9 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
                 if self._can_create():
                     self._open(self._created, new=True)
             return
-        while self._pool_size() < cfg.pool_groups and (self._requeue or self._can_create()):
+        bank = self.bank
+        while (bank.open_count + bank.ready_count < cfg.pool_groups
+               and (self._requeue or self._can_create())):
             if self._requeue:
                 self._open(heapq.heappop(self._requeue), new=False)
             else:
@@ -307,8 +306,8 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
 
     def _exhausted(self) -> bool:
         """Nothing runs, nothing waits, nothing more may be admitted."""
-        more = bool(self._requeue) or self._can_create()
-        return not self._running and not self._queue and not more
+        return (not self._running and not self._queue  # cheapest first: usually decides
+                and not self._requeue and not self._can_create())
 
     def _batch_due(self) -> bool:
         g = self.config.groups_per_batch

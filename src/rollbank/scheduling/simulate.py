@@ -195,7 +195,8 @@ class _Sim:
             attempt=key.slot, retry=key.retry, seed=spec.seed, launched_at=spec.launched_at,
             started_at=spec.launched_at, finished_at=now, outcome=outcome,
             token_ids=[100] * n, logprobs=[-0.5] * n, loss_mask=[1] * n,
-            policy_versions=[0] * n)
+            policy_versions=[0] * n, steps=[], task_steps=[], layer_hashes=[], servers=[],
+            meta={})  # every container given: no default factory calls
 
     def abort(self, key: AttemptKey, now: float) -> None:
         run = self.live.pop(key, None)
