@@ -69,3 +69,25 @@ def test_decision_cost_keeps_n_in_flight_and_times_every_decision() -> None:
     assert out["per_decision_ms"]["n"] == out["per_decision_cpu_ms"]["n"] == 300
     assert out["batches_emitted"] == out["batch_emitting_decisions_ms"]["n"] > 0
     assert set(out["target"]) >= {"measured_cpu_p99", "measured_wall_p99", "met_cpu", "met_wall"}
+
+
+def test_scale_arms_pause_the_garbage_collector_only_while_they_run() -> None:
+    import gc
+
+    from rollbank.bench.schedule_scale import _gc_paused
+
+    assert gc.isenabled()
+    with _gc_paused(False):
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with _gc_paused(True):  # --gc: left on
+        assert gc.isenabled()
+    try:
+        with _gc_paused(False):
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert gc.isenabled()
+    out = _main(args("--groups", "2", "--group-size", "2", "--pool-groups", "3",
+                     "--sandbox-slots", "4", "--trajectories", "8"))
+    assert out["gc_paused_per_arm"] is True and gc.isenabled()

@@ -14,6 +14,7 @@ from rollbank.episodes.outcome import Reason
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.events import WasteReason
 from rollbank.scheduling.ledger import FINAL, AttemptState, Ledger, LedgerError
+from rollbank.scheduling.profile import dist
 from rollbank.scheduling.scheduler import Scheduler
 from rollbank.scheduling.sim_model import SimCapacity
 from rollbank.scheduling.simulate import SimEpisode, _Sim
@@ -44,7 +45,7 @@ def test_pool_and_unsettled_match_a_recomputation_after_an_abort_run() -> None:
     led = _drive(sched)
     entries = list(led.entries.values())
     valid = sorted(e.duration_s for e in entries if e.valid and e.duration_s is not None)
-    assert led.pool.durations() == valid
+    assert led.pool.duration_stats() == dist(valid)  # pool.py: kept incrementally
     aborted = sorted(e.held_s(0.0) for e in entries if e.finished_at is None
                      and e.waste_reason is WasteReason.ABORTED)
     assert led.pool.aborted_held() == aborted and aborted

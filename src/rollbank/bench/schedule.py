@@ -75,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--plot", default="", help="with --what-if: write the sweep plot (PNG) here")
     a("--what-if-trajectories", type=int, default=16384,
       help="with --what-if: trajectories per arm at each sweep point")
+    a("--gc", action="store_true",
+      help="with --trajectories: keep Python's cyclic garbage collector on while an arm "
+      "runs (default: paused per arm, as timeit does; the simulation makes no cycles)")
     a("--decision-cost", type=int, default=0, metavar="N",
       help="time the scheduler per decision with N attempts in flight (see "
       "rollbank.bench.schedule_decision; --groups, --group-size apply)")
@@ -97,9 +100,9 @@ def capacity(args: argparse.Namespace) -> SimCapacity:
 
 
 def episode_fn(args: argparse.Namespace, seed: int,
-               memo: dict[int, float] | None = None) -> Callable[[AttemptSpec], SimEpisode]:
+               memo: dict[int, SimEpisode] | None = None) -> Callable[[AttemptSpec], SimEpisode]:
     """The simulated episode of an attempt: its trace plan under ``--model``. ``memo``
-    (durations model) keeps each attempt seed's duration, so a second arm on the same
+    (durations model) keeps each attempt seed's episode, so a second arm on the same
     seeds reuses the first arm's plans (an attempt seed is unique per (seq, slot))."""
     from rollbank.scheduling.sim_model import SimTurn
     from rollbank.scheduling.simulate import SimEpisode
@@ -107,14 +110,14 @@ def episode_fn(args: argparse.Namespace, seed: int,
     w = _workload(args, seed)
 
     def durations(spec: AttemptSpec) -> SimEpisode:
-        d = memo.get(spec.seed) if memo is not None else None
-        if d is None:
+        ep = memo.get(spec.seed) if memo is not None else None
+        if ep is None:
             plan = w.plan(spec.task_id, spec.seed)
-            d = args.overhead_s + sum(t.tokens / args.decode_rate + args.ttft_s + t.tool_s
-                                      for t in plan.turns)
+            ep = SimEpisode(args.overhead_s + sum(t.tokens / args.decode_rate + args.ttft_s
+                                                  + t.tool_s for t in plan.turns))
             if memo is not None:
-                memo[spec.seed] = d
-        return SimEpisode(d)
+                memo[spec.seed] = ep
+        return ep
 
     def contention(spec: AttemptSpec) -> SimEpisode:
         plan = w.plan(spec.task_id, spec.seed)

@@ -51,7 +51,7 @@ class LedgerError(SchedulingError):
     """The accounting invariant was broken (a bug, never an episode failure); stops the run."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     key: AttemptKey
     task_id: str
@@ -104,30 +104,34 @@ class Ledger:
 
     # ------------------------------------------------------------ transitions
     def launch(self, key: AttemptKey, task_id: str, t: float) -> Entry:
-        if key in self.entries:
+        entries = self.entries
+        if key in entries:
             raise LedgerError(f"{key.attempt_id} launched twice")
         self._launch_calls += 1
-        entry = Entry(key, task_id, t, window=self.window)
-        self.entries[key] = entry
+        w = self._windows[-1]
+        entry = Entry(key, task_id, t, window=w.index)
+        entries[key] = entry
         self._unsettled[key] = entry
-        self._windows[-1].launched += 1
+        w.launched += 1
         return entry
 
     def finish(
         self, key: AttemptKey, t: float, *, model_tokens: int, reward: float | None,
         valid: bool = False,
     ) -> Entry:
-        entry = self._get(key)
+        entry = self.entries.get(key)
+        if entry is None:
+            raise LedgerError(f"{key.attempt_id} was never launched")
         if entry.state is not AttemptState.IN_FLIGHT:
             raise LedgerError(f"{key.attempt_id} finished while {entry.state.value}")
         entry.state = AttemptState.FINISHED
         entry.finished_at = t
-        entry.duration_s = max(0.0, t - entry.launched_at)
+        duration = entry.duration_s = max(0.0, t - entry.launched_at)
         entry.model_tokens = model_tokens
         entry.reward = reward
         entry.valid = valid
         if valid:
-            self.pool.add_finished(entry.duration_s, model_tokens, reward)
+            self.pool.add_finished(duration, model_tokens, reward)
         return entry
 
     def deliver(self, key: AttemptKey, t: float) -> Entry:
@@ -154,31 +158,38 @@ class Ledger:
     def settle(
         self, key: AttemptKey, state: AttemptState, t: float, reason: WasteReason | None = None
     ) -> Entry:
-        entry = self._get(key)
+        entry = self.entries.get(key)
+        if entry is None:
+            raise LedgerError(f"{key.attempt_id} was never launched")
+        prev = entry.state
         if state not in FINAL:
             raise LedgerError(f"{state.value} is not a settlement")
-        if entry.state in FINAL:
-            raise LedgerError(f"{key.attempt_id} settled twice ({entry.state.value}, {state.value})")
-        if entry.state is AttemptState.IN_FLIGHT and state is not AttemptState.WASTE:
+        if prev in FINAL:
+            raise LedgerError(f"{key.attempt_id} settled twice ({prev.value}, {state.value})")
+        if prev is AttemptState.IN_FLIGHT and state is not AttemptState.WASTE:
             raise LedgerError(f"{key.attempt_id} is in flight; only waste can settle it")
-        if (state is AttemptState.CONSUMED) != (entry.state is AttemptState.DELIVERED):
+        if (state is AttemptState.CONSUMED) != (prev is AttemptState.DELIVERED):
             raise LedgerError(f"{key.attempt_id}: only a delivered attempt is consumed "
-                              f"({entry.state.value} -> {state.value})")
+                              f"({prev.value} -> {state.value})")
         if (state is AttemptState.WASTE) != (reason is not None):
             raise LedgerError("a waste settlement needs a reason, and only waste has one")
-        if key in self._settled:
+        settled = self._settled
+        if key in settled:
             raise LedgerError(f"{key.attempt_id} settled twice")
         entry.state = state
         entry.settled_at = t
         entry.waste_reason = reason
-        self._settled.add(key)
+        settled.add(key)
         self._unsettled.pop(key, None)
-        if reason is WasteReason.ABORTED and entry.finished_at is None:
-            self.pool.add_aborted(entry.held_s(t))
+        # held_s(t): launch to finish, or to ``t`` (its settlement) if it never finished
+        end = entry.finished_at
+        held = max(0.0, (t if end is None else end) - entry.launched_at)
+        if reason is WasteReason.ABORTED and end is None:
+            self.pool.add_aborted(held)
         w = self._windows[-1]
         self._per_window[w.index] += 1
         w.settled[state] += 1
-        w.seconds[state] += entry.held_s(t)
+        w.seconds[state] += held
         if reason is not None:
             w.waste_by_reason[reason.value] += 1
         self._settlements.append((w.index, key))

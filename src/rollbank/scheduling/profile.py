@@ -13,19 +13,18 @@ import math
 from collections.abc import Iterable, Sequence
 
 from rollbank.batching.batch import DistStats, GroupResult, SelectionProfile
-from rollbank.quantiles import quantile
 from rollbank.scheduling.ledger import Entry
 from rollbank.scheduling.pool import Pool
 
 
+def _rank(xs: list[float], q: float) -> float:
+    """:func:`rollbank.quantiles.quantile` of an already sorted, non-empty list."""
+    return xs[max(0, math.ceil(q * len(xs)) - 1)] or 0.0  # as ``quantile(...) or 0.0``
+
+
 def dist(values: Iterable[float]) -> DistStats:
     """n, mean, p50, p90 (nearest rank) and max; zeros for an empty set."""
-    xs = sorted(values)
-    if not xs:
-        return DistStats(0, 0.0, 0.0, 0.0, 0.0)
-
-    return DistStats(len(xs), math.fsum(xs) / len(xs), quantile(xs, 0.5) or 0.0,
-                     quantile(xs, 0.9) or 0.0, xs[-1])
+    return _dist_sorted(sorted(values))
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -36,8 +35,7 @@ def _dist_sorted(xs: list[float]) -> DistStats:
     """:func:`dist` of an already sorted list."""
     if not xs:
         return DistStats(0, 0.0, 0.0, 0.0, 0.0)
-    return DistStats(len(xs), math.fsum(xs) / len(xs), quantile(xs, 0.5) or 0.0,
-                     quantile(xs, 0.9) or 0.0, xs[-1])
+    return DistStats(len(xs), math.fsum(xs) / len(xs), _rank(xs, 0.5), _rank(xs, 0.9), xs[-1])
 
 
 def selection_profile(
@@ -58,11 +56,11 @@ def selection_profile(
     elapsed = sorted(running_elapsed + aborted)
     return SelectionProfile(
         accepted_duration=dist(e.duration_s for e in accepted_entries if e.duration_s is not None),
-        pool_duration=_dist_sorted(pool.durations()),
+        pool_duration=pool.duration_stats(),
         accepted_tokens=dist(
             float(e.model_tokens) for e in accepted_entries if e.model_tokens is not None
         ),
-        pool_tokens=_dist_sorted(pool.tokens()),
+        pool_tokens=pool.token_stats(),
         accepted_reward_mean=_mean([r for g in accepted for r in g.rewards]),
         pool_reward_mean=pool.reward_mean(),
         censored=len(elapsed),

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from rollbank.batching.advantages import group_advantages, is_valid
+from rollbank.batching.advantages import grpo_advantages, is_valid, reward_of
 from rollbank.batching.batch import GroupResult
 from rollbank.clock import Clock
 from rollbank.episodes.trajectory import Trajectory
@@ -76,7 +76,7 @@ class GroupDone:
 BankDecision = Retry | GroupDone | None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Slot:
     current: AttemptKey
     result: Trajectory | None = None
@@ -85,7 +85,7 @@ class _Slot:
     stale_retries: int = 0  # re-runs caused by the staleness gate (scheduling/gated_bank.py)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Group:
     group_id: str
     task_id: str
@@ -177,7 +177,8 @@ class ReadyBank:
         slot.result = traj
         if not valid and slot.retries < self.config.max_retries:
             self._settle(key, AttemptState.RETRIED, now)
-            self.outbox.append(self._attempt_event(EventKind.RETRIED, key))
+            if self._record:
+                self.outbox.append(self._attempt_event(EventKind.RETRIED, key))
             slot.retries += 1
             slot.current = AttemptKey(key.seq, key.slot, key.retry + 1, key.group_id)
             slot.result = None
@@ -209,18 +210,20 @@ class ReadyBank:
     def _complete(self, group: _Group, excluded: frozenset[int] = frozenset()) -> GroupDone:
         """Complete ``group``; ``excluded`` slots (the staleness gate's) leave it as waste."""
         done = [(s.current, s.result) for s in group.slots if s.result is not None]
-        for k, _ in done:
-            if k.slot in excluded:
-                self._waste(k, WasteReason.STALE_FINAL)
-        done = [(k, t) for k, t in done if k.slot not in excluded]
-        valid_keys = [k for k, t in done if is_valid(t)]
-        for k, t in done:
-            if not is_valid(t):
+        if excluded:
+            for k, _ in done:
+                if k.slot in excluded:
+                    self._waste(k, WasteReason.STALE_FINAL)
+            done = [(k, t) for k, t in done if k.slot not in excluded]
+        ok = [is_valid(t) for _, t in done]  # judged once per trajectory
+        valid_keys = [k for (k, _), v in zip(done, ok, strict=True) if v]
+        for (k, _), v in zip(done, ok, strict=True):
+            if not v:
                 self._waste(k, WasteReason.INFRA_FINAL)
-        valid, adv = (
-            group_advantages([t for _, t in done], self.config.advantages)
-            if valid_keys else ([], None)
-        )
+        valid = [t for (_, t), v in zip(done, ok, strict=True) if v]
+        # group_advantages of ``done``, its valid siblings already known
+        cfg = self.config.advantages
+        adv = grpo_advantages([reward_of(t, cfg) for t in valid], cfg) if valid else None
         drop: WasteReason | None = None
         why = ""
         if adv is None or len(valid) < self.config.min_valid:
@@ -336,9 +339,11 @@ class ReadyBank:
         entries = self.ledger.entries
         for g in groups:
             want = wants.get(g.status)
-            if want is not None and any(entries[k].state is not want for k in g.valid_keys):
-                raise LedgerError(f"group {g.group_id} is {g.status.value} but its "
-                                  f"attempts are not all {want.value}")
+            if want is not None:
+                for k in g.valid_keys:
+                    if entries[k].state is not want:
+                        raise LedgerError(f"group {g.group_id} is {g.status.value} but its "
+                                          f"attempts are not all {want.value}")
             awaiting = g.batch is not None and batch_of.get(g.group_id) == g.batch
             if (g.status is GroupStatus.DELIVERED) != awaiting:
                 raise LedgerError(f"group {g.group_id} is {g.status.value}, batch {g.batch}")

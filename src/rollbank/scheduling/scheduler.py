@@ -96,6 +96,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         if not task_ids:
             raise ValueError("the scheduler needs at least one task id")
         self.config = config.effective()
+        self._naive = self.config.mode is SchedulingMode.NAIVE  # the mode never changes
         self.task_ids = list(task_ids)
         self.clock = clock
         self._record = record_events  # False (long simulations): no event objects are built
@@ -130,7 +131,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
 
     @property
     def naive(self) -> bool:
-        return self.config.mode is SchedulingMode.NAIVE
+        return self._naive
 
     def _remaining(self, group_id: str) -> int:  # for VerifierSlots
         return self.bank.remaining(group_id)
@@ -230,9 +231,6 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         self.bank.check(full=True)
 
     # ------------------------------------------------------------ internals
-    def _pool_size(self) -> int:
-        return self.bank.open_count + self.bank.ready_count
-
     def _can_create(self) -> bool:
         return self.config.max_groups is None or self._created < self.config.max_groups
 
@@ -246,7 +244,9 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
                 if self._can_create():
                     self._open(self._created, new=True)
             return
-        while self._pool_size() < cfg.pool_groups and (self._requeue or self._can_create()):
+        bank = self.bank
+        while (bank.open_count + bank.ready_count < cfg.pool_groups
+               and (self._requeue or self._can_create())):
             if self._requeue:
                 self._open(heapq.heappop(self._requeue), new=False)
             else:
@@ -275,34 +275,39 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         return set(by_seq[need:])
 
     def _launch(self, out: list[Decision]) -> None:
+        queue, running, bank, cfg = self._queue, self._running, self.bank, self.config
+        slots = self.sandbox_slots
+        self._holding = False
+        if not queue or len(running) >= slots:
+            return  # nothing to launch (and so nothing held back)
         now = self.clock.now()
-        hold = (not self.naive and self.config.hold_extras_when_contended
+        hold = (not self._naive and cfg.hold_extras_when_contended
                 and (self.inference_contended() or self.verifier_contended()))
         extras = self._extra_groups() if hold else set()
-        self._holding = False
-        while self._queue and len(self._running) < self.sandbox_slots:
-            key, task_id = heapq.heappop(self._queue)
-            if self.bank.status(key.group_id) is not GroupStatus.OPEN:
+        seed_base, group_size, record = cfg.seed, cfg.bank.group_size, self._record
+        while queue and len(running) < slots:
+            key, task_id = heapq.heappop(queue)
+            if bank.status(key.group_id) is not GroupStatus.OPEN:
                 continue  # its group was aborted while it waited
-            if key.group_id in extras:
+            if extras and key.group_id in extras:
                 # every key after it in the heap has a later seq: all extras, all held
-                heapq.heappush(self._queue, (key, task_id))
+                heapq.heappush(queue, (key, task_id))
                 self._holding = True
                 break
             if self._window_start is None:
                 self._window_start = now
-            self.bank.on_launched(key)
-            self._running[key] = task_id
-            seed = attempt_seed(self.config.seed, key.seq, key.slot)
-            spec = AttemptSpec(key, task_id, seed, self.config.bank.group_size, now)
-            if self._record:
+            bank.on_launched(key)
+            running[key] = task_id
+            seed = attempt_seed(seed_base, key.seq, key.slot)
+            spec = AttemptSpec(key, task_id, seed, group_size, now)
+            if record:
                 self.outbox.append(self._event(EventKind.LAUNCHED, key))
             out.append(Launch(spec))
 
     def _exhausted(self) -> bool:
         """Nothing runs, nothing waits, nothing more may be admitted."""
-        more = bool(self._requeue) or self._can_create()
-        return not self._running and not self._queue and not more
+        return (not self._running and not self._queue  # cheapest first: usually decides
+                and not self._requeue and not self._can_create())
 
     def _batch_due(self) -> bool:
         g = self.config.groups_per_batch

@@ -99,15 +99,18 @@ class _Sim:
         self.inf_busy = self.inf_wait = self.ver_wait = 0.0
         self.prefill = self.cached_tokens = 0
         self.outcomes: dict[tuple[Reason, float | None], EpisodeOutcome] = {}
+        self.servers = [cap.server_of(i) for i in range(cap.servers)]  # server_of, cached
 
     def push(self, t: float, phase: int, key: AttemptKey) -> None:
         self.n += 1
         heapq.heappush(self.heap, (t, self.n, phase, key))
 
     def launch(self, spec: AttemptSpec, ep: SimEpisode, now: float) -> None:
-        run = _Run(spec, ep, self.cap.server_of(spec.key.seq))
-        self.live[spec.key] = run
-        self.push(now + ep.duration_s, _STEP, spec.key)
+        key = spec.key
+        servers = self.servers
+        self.live[key] = _Run(spec, ep, servers[key.seq % len(servers)])
+        self.n += 1
+        heapq.heappush(self.heap, (now + ep.duration_s, self.n, _STEP, key))
 
     def step(self, key: AttemptKey, run: _Run, now: float) -> None:
         """The sandbox is free to go on: next generate call, or the verifier, or return."""
@@ -185,16 +188,15 @@ class _Sim:
         if outcome is None:
             outcome = self.outcomes[(ep.reason, ep.reward)] = EpisodeOutcome.of(
                 ep.reason, reward=ep.reward)
-        traj = Trajectory(
-            trajectory_id=spec.attempt_id, group_id=spec.group_id, task_id=spec.task_id,
-            attempt=spec.slot, retry=spec.retry, seed=spec.seed, launched_at=spec.launched_at,
-            started_at=spec.launched_at, finished_at=now, outcome=outcome)
-        n = sum(t.tokens for t in ep.turns) or 1
-        traj.token_ids = [100] * n
-        traj.logprobs = [-0.5] * n
-        traj.loss_mask = [1] * n
-        traj.policy_versions = [0] * n
-        return traj
+        key = spec.key
+        n = (sum(t.tokens for t in ep.turns) or 1) if ep.turns else 1
+        return Trajectory(
+            trajectory_id=key.attempt_id, group_id=key.group_id, task_id=spec.task_id,
+            attempt=key.slot, retry=key.retry, seed=spec.seed, launched_at=spec.launched_at,
+            started_at=spec.launched_at, finished_at=now, outcome=outcome,
+            token_ids=[100] * n, logprobs=[-0.5] * n, loss_mask=[1] * n,
+            policy_versions=[0] * n, steps=[], task_steps=[], layer_hashes=[], servers=[],
+            meta={})  # every container given: no default factory calls
 
     def abort(self, key: AttemptKey, now: float) -> None:
         run = self.live.pop(key, None)
@@ -243,12 +245,12 @@ def simulate(
     sim = _Sim(sched, capacity or SimCapacity(), clock)
     batches: list[Batch] = []
     delivered = 0
-    heap = sim.heap
+    heap, pop, poll, dispatch = sim.heap, heapq.heappop, sched.poll, sim.dispatch
     for _ in range(max_events):
         if sim.wake:
             sim.wake = False
             now = clock.now()
-            for d in sched.poll():
+            for d in poll():
                 if isinstance(d, Launch):
                     sim.launch(d.spec, workload(d.spec), now)
                 elif isinstance(d, Abort):
@@ -261,9 +263,9 @@ def simulate(
                 sink += sched.drain_events()
         if sched.done or not heap:
             break
-        t, _, phase, key = heapq.heappop(heap)
+        t, _, phase, key = pop(heap)
         clock.set(t)
-        sim.dispatch(t, phase, key)
+        dispatch(t, phase, key)
     end = clock.now()
     sched.close()
     if sink is not None:

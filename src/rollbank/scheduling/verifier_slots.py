@@ -96,6 +96,8 @@ class VerifierSlots:
 
     def _attempt_returned(self, key: AttemptKey) -> None:
         """``key`` returned or was aborted: it is no longer at the verifier; re-rank."""
+        if not self._ver_past and not self._ver_by_group:
+            return  # nobody at or waiting for a verifier (always so without a slot limit)
         past = self._ver_past.get(key.group_id)
         if past is not None:
             past.discard(key)
