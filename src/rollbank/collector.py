@@ -81,6 +81,7 @@ class CollectResult:
     t_end: float  # last batch handed over
     setup_s: float  # planes opened before the clock started (servers, warm pool), if known
     ledger: dict[str, Any] = field(default_factory=dict)
+    groups: dict[str, Any] = field(default_factory=dict)  # every complete group (HoldCounts)
 
     @property
     def collection_s(self) -> float:
@@ -229,7 +230,8 @@ async def collect(
                     extra={"accounting": batch.accounting.to_dict(),
                            "profile": batch.profile.to_dict(), "complete": batch.complete,
                            "unreachable": [u.to_dict() for u in batch.unreachable],
-                           **zero_variance_extra(batch.groups)},
+                           **zero_variance_extra(batch.groups),
+                           "groups": batch.meta.get("groups")},
                     staleness=batch.staleness.report if batch.staleness is not None else None,
                 )
                 if prom is not None:
@@ -246,16 +248,19 @@ async def collect(
                     progress.batch_written(batch.index, path, s.time_to_batch_s)
         t_end = clock.now() if not summaries else summaries[-1].t_end
         ledger = _ledger(driver)
+        hold = driver.scheduler.bank.hold
+        groups = {"dynamic_sampling": hold.enabled, **hold.counts.to_dict()}
         log.record("run_finished", clock.now(), batches=len(summaries), ledger=ledger)
     result = CollectResult(out_dir, summaries, list(runner.finished), capacity,
-                           t0 if t0 is not None else t_end, t_end, setup_s, ledger)
+                           t0 if t0 is not None else t_end, t_end, setup_s, ledger, groups)
     _write_summary(result, config)
     if config.metrics.report:
         await asyncio.to_thread(write_run_report, result, config)
     if progress is not None:
         print("\n".join(run_summary_lines(
             [b.to_dict() for b in result.batches], out_dir=out_dir, setup_s=setup_s,
-            collection_s=result.collection_s, attempts=len(result.trajectories), ledger=ledger)),
+            collection_s=result.collection_s, attempts=len(result.trajectories), ledger=ledger,
+            all_groups=result.groups)),
             file=sys.stderr, flush=True)
     return result
 
@@ -303,6 +308,7 @@ def _write_summary(result: CollectResult, config: CollectConfig) -> Path:
         "capacity": result.capacity.to_dict() if result.capacity else None,
         "ledger": result.ledger,
         "zero_variance_share": zero_variance_share([b.to_dict() for b in result.batches]),
+        "groups": result.groups,
         "wall_clock_finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

@@ -111,7 +111,8 @@ class AttemptCarried(AttemptEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class GroupEvent(Event):
-    """``group_ready`` / ``group_dropped``: ``valid`` trainable siblings out of ``size``."""
+    """``group_ready`` / ``group_dropped``: ``valid`` trainable siblings out of ``size``;
+    ``held``: a ready zero-variance group the bank holds back (dynamic sampling)."""
 
     group_id: str
     task_id: str
@@ -120,6 +121,7 @@ class GroupEvent(Event):
     valid: int
     zero_variance: bool
     why: str = ""
+    held: bool = False  # dynamic sampling: zero variance, held back until groups with variance go
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,8 @@ Rules
   attempt is settled ``retried`` and a re-run of the same slot (same seed, ``retry + 1``) is
   returned as a :class:`Retry` decision, instead of discarding the group.
 - A complete group with fewer than ``min_valid`` valid siblings is dropped (waste); a
-  zero-variance group is flagged, and dropped only if ``filter_zero_variance``.
+  zero-variance group is flagged, and dropped only if ``filter_zero_variance``, or held back
+  until released with ``dynamic_sampling`` (:mod:`rollbank.scheduling.dynamic_sampling`).
 - Advantages use valid siblings only (:mod:`rollbank.batching.advantages`).
 - :meth:`ReadyBank.take` hands out complete groups oldest-launch first, regardless of the
   order in which they completed, as batch ``k``: they are ``delivered``, not consumed.
@@ -35,6 +36,7 @@ from rollbank.batching.batch import GroupResult
 from rollbank.clock import Clock
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.scheduling.config import ReadyBankConfig
+from rollbank.scheduling.dynamic_sampling import HoldBack
 from rollbank.scheduling.events import (
     AttemptEvent,
     AttemptWaste,
@@ -115,6 +117,7 @@ class ReadyBank:
         self._ready: dict[str, _Group] = {}  # complete groups in the bank
         self._dirty: set[str] = set()  # groups whose status changed since the last check
         self._delivered: dict[int, list[_Group]] = {}  # batch index -> groups awaiting ack
+        self.hold = HoldBack(config.dynamic_sampling)  # zero-variance groups held back
 
     # ------------------------------------------------------------ groups
     def open_group(self, group_id: str, task_id: str, seq: int) -> list[AttemptKey]:
@@ -151,6 +154,24 @@ class ReadyBank:
     @property
     def open_count(self) -> int:
         return len(self._open)
+
+    def _held(self) -> list[GroupResult]:
+        if not self.hold.enabled:
+            return []
+        return [g.result for g in self._ready.values() if g.result and g.result.zero_variance]
+
+    def releasing(self) -> bool:
+        """May held zero-variance groups fill a batch now (always, without dynamic sampling)?"""
+        return self.hold.releasing(self._held(), open_groups=len(self._open), now=self.clock.now())
+
+    @property
+    def releasable_count(self) -> int:
+        """Ready groups a batch may take now (the held ones only once released)."""
+        return len(self._ready) if self.releasing() else len(self._ready) - len(self._held())
+
+    def extra_allowance(self) -> int:
+        """Groups the scheduler may admit beyond its pool while groups are held back."""
+        return self.hold.extra_allowance(len(self._held()))
 
     def open_groups(self) -> list[str]:
         return list(self._open)
@@ -234,6 +255,7 @@ class ReadyBank:
             for k in valid_keys:
                 self._waste(k, drop or WasteReason.GROUP_DROPPED)
             return GroupDone(group.group_id, False, why)
+        self.hold.on_complete(adv.zero_variance)
         self._set_status(group, GroupStatus.READY)
         group.valid_keys = valid_keys
         group.result = GroupResult(
@@ -245,17 +267,17 @@ class ReadyBank:
         )
         return GroupDone(group.group_id, True)
 
-    def take(self, max_groups: int, batch: int) -> list[GroupResult]:
-        """Hand out up to ``max_groups`` ready groups, oldest launch first, as batch ``batch``.
-
-        They are ``delivered``: consumed by :meth:`ack`, or back in the bank by :meth:`release`.
-        """
+    def take(self, max_groups: int, batch: int, *, release: bool = False) -> list[GroupResult]:
+        """Hand out up to ``max_groups`` ready groups, oldest launch first, as batch ``batch``
+        (dynamic sampling: groups with variance first, held ones only when released, or
+        ``release``). They are ``delivered``: consumed by :meth:`ack`, or back in the bank by
+        :meth:`release`."""
         if batch in self._delivered:
             raise LedgerError(f"batch {batch} handed out twice")
-        ready = sorted(
-            self._ready.values(),
-            key=lambda g: g.seq,
-        )[:max_groups]
+        by_id = {g.group_id: g for g in self._ready.values() if g.result is not None}
+        chosen = self.hold.choose([g.result for g in by_id.values() if g.result is not None],
+                                  max_groups, release=release or self.releasing())
+        ready = [by_id[r.group_id] for r in chosen]
         now = self.clock.now()
         out = []
         for g in ready:
@@ -388,6 +410,7 @@ class ReadyBank:
             t=self.clock.now(), group_id=group.group_id, task_id=group.task_id, seq=group.seq,
             size=len(group.slots), valid=valid,
             zero_variance=adv.zero_variance if adv is not None else False, why=why,
+            held=bool(self.hold.enabled and drop is None and adv is not None and adv.zero_variance),
         )
 
     def _attempt_event(self, kind: EventKind, key: AttemptKey) -> AttemptEvent:

@@ -231,7 +231,9 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
 
     # ------------------------------------------------------------ internals
     def _pool_size(self) -> int:
-        return self.bank.open_count + self.bank.ready_count
+        """Groups in the pool; held zero-variance groups (dynamic sampling) leave room for
+        up to ``max_extra_groups`` replacements."""
+        return self.bank.open_count + self.bank.ready_count - self.bank.extra_allowance()
 
     def _can_create(self) -> bool:
         return self.config.max_groups is None or self._created < self.config.max_groups
@@ -270,7 +272,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
 
     def _extra_groups(self) -> set[str]:
         """Open groups beyond those the next batch still needs (the latest by ``seq``)."""
-        need = max(0, self.config.groups_per_batch - self.bank.ready_count)
+        need = max(0, self.config.groups_per_batch - self.bank.releasable_count)
         by_seq = sorted(self.bank.open_groups(), key=self.bank.seq_of)
         return set(by_seq[need:])
 
@@ -306,7 +308,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
 
     def _batch_due(self) -> bool:
         g = self.config.groups_per_batch
-        ready = self.bank.ready_count
+        ready = self.bank.releasable_count
         open_groups = self.bank.open_count > 0
         if self.naive:
             return self._window_admitted and not open_groups
@@ -323,7 +325,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         if not self.bank.ready_count and exhausted:  # nothing left: stop without an empty batch
             self.done = True
             return
-        groups = self.bank.take(cfg.groups_per_batch, self.batch_index)
+        groups = self.bank.take(cfg.groups_per_batch, self.batch_index, release=exhausted)
         unreachable: list[Unreachable] = []
         if cfg.straggler is StragglerPolicy.ABORT:
             for gid in self.bank.open_groups():
