@@ -153,8 +153,7 @@ async def collect(
         sandbox_slots = (sched.sandbox_slots if sandboxes.capacity is None
                          else sandboxes.capacity.capacity)
         capacity, fresh = await calibrate_or_reuse(
-            lambda: calibrate(inference.clients, sandbox_slots=sandbox_slots,
-                              vocab_size=inference.vocab_size, verifier_slots=slots),
+            lambda: _calibrate_all(inference, sandbox_slots=sandbox_slots, verifier_slots=slots),
             cache=calibration_cache(config.inference.calibration_max_age_s),
             fingerprint=inference.fingerprint, sandbox_slots=sandbox_slots, verifier_slots=slots,
             on_measure=None if say is None else lambda: say(
@@ -164,7 +163,8 @@ async def collect(
             say(f"{'calibrated' if fresh else 'reused the calibration ' + capacity.source} in "
                 f"{time.monotonic() - t_cal:.0f} s: decode {capacity.decode_rate_single:.0f} "
                 f"tok/s alone, {capacity.decode_rate_max:.0f} tok/s aggregate")
-    router = router or router_from_config(config.router, servers, clock)
+    # servers still starting (inference.feed) join the router and the scheduler as they serve
+    router = router or router_from_config(config.router, list(inference.serving), clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
     runner = _Keeping(EpisodeRunner(
         config.runner, tasks={t.task_id: t for t in tasks}, source=sandboxes.source,
@@ -211,7 +211,8 @@ async def collect(
                                    task_ids, sink=FanoutSink(*sinks), clock=clock, scorer=scorer,
                                    staleness=config.staleness,
                                    clients=list(inference.clients.values()),
-                                   capacity=sandboxes.capacity)
+                                   capacity=sandboxes.capacity, servers=inference.feed,
+                                   on_servers=_joining(router))
         if resume is not None:
             driver.scheduler.resume_at(resume.next_index, resume.next_seq)
         log.record("run_started", clock.now(), tasks=len(tasks), servers=servers,
@@ -263,6 +264,23 @@ async def collect(
             all_groups=result.groups)),
             file=sys.stderr, flush=True)
     return result
+
+
+async def _calibrate_all(inference: InferencePlane, *, sandbox_slots: int,
+                         verifier_slots: int | None) -> Capacity:
+    """Measure on every server: the aggregate rates are the whole fleet's, so with servers
+    still starting this waits for them (only when no cached calibration of the fleet exists)."""
+    serving = inference.serving if inference.feed is None else await inference.feed.settled()
+    return await calibrate({u: inference.clients[u] for u in serving}, sandbox_slots=sandbox_slots,
+                           vocab_size=inference.vocab_size, verifier_slots=verifier_slots)
+
+
+def _joining(router: Router) -> Callable[[tuple[str, ...]], None]:
+    """The router learns every server that serves (known ones are ignored)."""
+    def join(servers: tuple[str, ...]) -> None:
+        for url in servers:
+            router.on_server_ready(url)
+    return join
 
 
 def _nothing_left(resume: ResumePlan) -> CollectResult:
@@ -384,7 +402,8 @@ async def run_collect(config: CollectConfig, *, out_dir: Path | None = None,
             say(f"preparing sandboxes for {len(prepare)} of {len(tasks)} tasks while servers start "
                 "(environments are built once, then cached)...")
         plane, sandboxes = await enter_concurrently(
-            stack, open_inference(config.inference, max_model_len=config.runner.max_model_len, say=say),
+            stack, open_inference(config.inference, max_model_len=config.runner.max_model_len, say=say,
+                                  first_ready=True),
             _timed(open_sandboxes(config.sandbox, tasks, prepare=prepare), say, "sandboxes ready"))
         if say is not None:
             sched = config.scheduler.effective()

@@ -1,6 +1,11 @@
 """The inference plane of a collection: start (managed), connect to (external) or fake the
 servers a :class:`~rollbank.collect_config.InferenceSection` describes, and hand out one client
 per server URL with the model's tokenizer. Used by the collector, ``rollbank train`` and eval.
+
+``first_ready=True`` (the collector): managed servers are handed over as soon as the first is
+healthy; ``plane.feed`` then says which serve now and announces the others as they join
+(:class:`~rollbank.inference.protocol.ServerFeed`). Otherwise every server is healthy on entry
+and ``feed`` is None.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from dataclasses import dataclass
 
 from rollbank.collect_config import InferenceSection
 from rollbank.errors import ConfigError
-from rollbank.inference.protocol import InferenceClient, Tokenizer
+from rollbank.inference.protocol import InferenceClient, ServerFeed, Tokenizer
 
 
 @dataclass
@@ -24,10 +29,16 @@ class InferencePlane:
     vocab_size: int
     description: str
     fingerprint: str | None = None  # what the servers' capacity depends on (None: unknown)
+    feed: ServerFeed | None = None  # servers still starting (None: all of ``clients`` serve)
+
+    @property
+    def serving(self) -> tuple[str, ...]:
+        """URLs of the servers serving now."""
+        return tuple(self.clients) if self.feed is None else self.feed.ready
 
     async def reset_caches(self) -> None:
-        for c in self.clients.values():
-            await c.reset_prefix_cache()
+        for url in self.serving:
+            await self.clients[url].reset_prefix_cache()
 
 
 def _vocab_size(tok: Tokenizer) -> int:
@@ -36,7 +47,8 @@ def _vocab_size(tok: Tokenizer) -> int:
 
 @contextlib.asynccontextmanager
 async def open_inference(cfg: InferenceSection, *, max_model_len: int,
-                         say: Callable[[str], None] | None = None) -> AsyncIterator[InferencePlane]:
+                         say: Callable[[str], None] | None = None,
+                         first_ready: bool = False) -> AsyncIterator[InferencePlane]:
     """Start (managed), connect to (external) or fake the inference servers."""
     if cfg.kind == "fake":
         from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
@@ -68,8 +80,12 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int,
         return
     from rollbank.inference.server import ManagedServers
 
-    managed = ManagedServers(cfg.managed, on_ready=None if say is None else
-                             lambda i, secs: say(f"server {i} ready in {secs:.0f} s"))
+    managed = ManagedServers(
+        cfg.managed, on_ready=None if say is None else
+        lambda i, secs: say(f"server {i} ready in {secs:.0f} s"),
+        wait="first" if first_ready else "all",
+        on_failed=None if say is None else
+        lambda i, exc: say(f"server {i} failed to start ({exc}); going on with the others"))
     if say is not None:
         say(managed.plan.line())
         say(f"starting {managed.plan.num_servers} vLLM server(s) for {cfg.managed.model} "
@@ -80,4 +96,5 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int,
         yield InferencePlane(dict(zip(servers.urls, servers.clients, strict=True)), tok,
                              _vocab_size(tok),
                              f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}",
-                             fingerprint=servers.fingerprint())
+                             fingerprint=servers.fingerprint(),
+                             feed=servers if first_ready and len(servers.servers) > 1 else None)

@@ -24,6 +24,8 @@ Invariants
   attempt, one for a result that arrived just as its attempt was aborted).
 - With a capacity feed (a cluster backend), the sandbox slots follow it: each change is an
   input event to the scheduler (``on_capacity``); with 0 slots the loop waits for a node.
+- With a server feed (managed servers still starting), the serving servers follow it the same
+  way (``on_servers``), and ``on_servers`` callers (the router) learn each new set.
 - An aborted attempt's sandbox slot is reused at once; the runner's own cleanup of the
   cancelled sandbox may briefly overlap the next attempt.
 """
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from os import PathLike
@@ -44,6 +46,7 @@ from rollbank.clock import Clock, MonotonicClock
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import CollectionStalledError, SchedulingError
+from rollbank.inference.protocol import ServerFeed
 from rollbank.sandbox.protocol import CapacityFeed
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import Event, EventSink, ListSink
@@ -110,6 +113,8 @@ class CollectionDriver:
         clock: Clock | None = None,
         scheduler: Scheduler | None = None,
         capacity: CapacityFeed | None = None,
+        servers: ServerFeed | None = None,
+        on_servers: Callable[[tuple[str, ...]], None] | None = None,
     ) -> None:
         self.config = config
         self.runner = runner
@@ -119,6 +124,10 @@ class CollectionDriver:
         self.capacity = capacity
         if capacity is not None:
             self.scheduler.on_capacity(capacity.capacity)
+        self.servers = servers
+        self.on_servers = on_servers
+        if servers is not None:
+            self._servers_changed(servers.ready)
         self.batches_out: list[Batch] = []  # acknowledged, in order
         self._emitted: dict[int, Batch] = {}  # emitted, awaiting acknowledgement
         self._tasks: dict[AttemptKey, asyncio.Task[None]] = {}
@@ -214,11 +223,14 @@ class CollectionDriver:
             async with asyncio.TaskGroup() as tg:
                 follow = None if self.capacity is None else tg.create_task(
                     self._follow_capacity(self.capacity), name="rollbank-capacity")
+                joins = None if self.servers is None else tg.create_task(
+                    self._follow_servers(self.servers), name="rollbank-servers")
                 try:
                     await self._loop(tg, out)
                 finally:
-                    if follow is not None:
-                        follow.cancel()
+                    for t in (follow, joins):
+                        if t is not None:
+                            t.cancel()
                     self._abort_all()  # settling (and returning batches) is batches()'s job
                     self._flush_events()
         except Exception as exc:  # hand the failure to the consumer, which re-raises it
@@ -245,7 +257,8 @@ class CollectionDriver:
                 await out.put(batch)
             if self.scheduler.done:
                 return
-            waiting_for_nodes = self.capacity is not None and self.scheduler.sandbox_slots == 0
+            waiting_for_nodes = ((self.capacity is not None and self.scheduler.sandbox_slots == 0)
+                                 or not self.scheduler.inference_available)
             if not self._busy() and not self._nudged and not waiting_for_nodes:
                 # nothing runs and the scheduler has nothing to launch: it cannot progress
                 raise CollectionStalledError(
@@ -272,6 +285,20 @@ class CollectionDriver:
             self.scheduler.on_capacity(slots)
             self._flush_events()
             self._nudge()
+
+    async def _follow_servers(self, feed: ServerFeed) -> None:
+        async for servers in feed.watch():
+            self._servers_changed(servers)
+            self._flush_events()
+            self._nudge()
+
+    def _servers_changed(self, servers: tuple[str, ...]) -> None:
+        """New serving servers: the router (``on_servers``) first, then the scheduler."""
+        if servers == self.scheduler.inference_servers:
+            return
+        if self.on_servers is not None:
+            self.on_servers(servers)
+        self.scheduler.on_servers(servers)
 
     def _start(self, tg: asyncio.TaskGroup, spec: AttemptSpec) -> None:
         spec = replace(spec, ctx=_Context(self, spec.key))

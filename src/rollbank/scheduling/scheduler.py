@@ -282,7 +282,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
                 and (self.inference_contended() or self.verifier_contended()))
         extras = self._extra_groups() if hold else set()
         self._holding = False
-        while self._queue and len(self._running) < self.sandbox_slots:
+        while self._queue and len(self._running) < self.sandbox_slots and self.inference_available:
             key, task_id = heapq.heappop(self._queue)
             if self.bank.status(key.group_id) is not GroupStatus.OPEN:
                 continue  # its group was aborted while it waited
