@@ -44,10 +44,8 @@ from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import TraceWorkload, make_workload
 from rollbank.errors import InputError
 from rollbank.extras import require
-from rollbank.inference_plane import InferencePlane, open_inference
+from rollbank.inference_plane import InferencePlane, calibrate_plane, open_inference
 from rollbank.metrics.bound import Capacity
-from rollbank.metrics.calibrate import calibrate
-from rollbank.metrics.calibration_cache import calibrate_or_reuse, calibration_cache
 from rollbank.metrics.events import EventLog, read_events
 from rollbank.metrics.progress import (
     PREFIX,
@@ -148,21 +146,11 @@ async def collect(
     servers = list(inference.clients)
     say = plain_printer(config)
     if capacity is None and config.inference.calibrate:
-        t_cal = time.monotonic()
-        slots = config.runner.verifier_slots or os.cpu_count()
-        sandbox_slots = (sched.sandbox_slots if sandboxes.capacity is None
-                         else sandboxes.capacity.capacity)
-        capacity, fresh = await calibrate_or_reuse(
-            lambda: _calibrate_all(inference, sandbox_slots=sandbox_slots, verifier_slots=slots),
-            cache=calibration_cache(config.inference.calibration_max_age_s),
-            fingerprint=inference.fingerprint, sandbox_slots=sandbox_slots, verifier_slots=slots,
-            on_measure=None if say is None else lambda: say(
-                "calibrating the servers' capacity for the lower bound (a few probe requests)..."))
-        await inference.reset_caches()
-        if say is not None:
-            say(f"{'calibrated' if fresh else 'reused the calibration ' + capacity.source} in "
-                f"{time.monotonic() - t_cal:.0f} s: decode {capacity.decode_rate_single:.0f} "
-                f"tok/s alone, {capacity.decode_rate_max:.0f} tok/s aggregate")
+        capacity = await calibrate_plane(
+            inference, sandbox_slots=(sched.sandbox_slots if sandboxes.capacity is None
+                                      else sandboxes.capacity.capacity),
+            verifier_slots=config.runner.verifier_slots or os.cpu_count(),
+            max_age_s=config.inference.calibration_max_age_s, say=say)
     # servers still starting (inference.feed) join the router and the scheduler as they serve
     router = router or router_from_config(config.router, list(inference.serving), clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
@@ -264,15 +252,6 @@ async def collect(
             all_groups=result.groups)),
             file=sys.stderr, flush=True)
     return result
-
-
-async def _calibrate_all(inference: InferencePlane, *, sandbox_slots: int,
-                         verifier_slots: int | None) -> Capacity:
-    """Measure on every server: the aggregate rates are the whole fleet's, so with servers
-    still starting this waits for them (only when no cached calibration of the fleet exists)."""
-    serving = inference.serving if inference.feed is None else await inference.feed.settled()
-    return await calibrate({u: inference.clients[u] for u in serving}, sandbox_slots=sandbox_slots,
-                           vocab_size=inference.vocab_size, verifier_slots=verifier_slots)
 
 
 def _joining(router: Router) -> Callable[[tuple[str, ...]], None]:

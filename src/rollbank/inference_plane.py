@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from rollbank.collect_config import InferenceSection
 from rollbank.errors import ConfigError
 from rollbank.inference.protocol import InferenceClient, ServerFeed, Tokenizer
+from rollbank.metrics.bound import Capacity
+from rollbank.metrics.calibrate import calibrate
+from rollbank.metrics.calibration_cache import calibrate_or_reuse, calibration_cache
 
 
 @dataclass
@@ -39,6 +43,33 @@ class InferencePlane:
     async def reset_caches(self) -> None:
         for url in self.serving:
             await self.clients[url].reset_prefix_cache()
+
+
+async def calibrate_plane(plane: InferencePlane, *, sandbox_slots: int, verifier_slots: int | None,
+                          max_age_s: float, say: Callable[[str], None] | None = None) -> Capacity:
+    """The servers' capacity for the lower bound: a cached calibration of the same fleet
+    (``max_age_s``), else measured. Measuring needs every server (the aggregate rates are the
+    whole fleet's), so with servers still starting (``plane.feed``) it waits for them; with a
+    cached calibration nothing waits and collection starts on the first server."""
+    t0 = time.monotonic()
+
+    async def measure() -> Capacity:
+        serving = plane.serving if plane.feed is None else await plane.feed.settled()
+        return await calibrate({u: plane.clients[u] for u in serving}, sandbox_slots=sandbox_slots,
+                               vocab_size=plane.vocab_size, verifier_slots=verifier_slots)
+
+    capacity, fresh = await calibrate_or_reuse(
+        measure, cache=calibration_cache(max_age_s), fingerprint=plane.fingerprint,
+        sandbox_slots=sandbox_slots, verifier_slots=verifier_slots,
+        on_measure=None if say is None else lambda: say(
+            "calibrating the servers' capacity for the lower bound (a few probe requests"
+            f"{'' if plane.feed is None else ', once every server serves'})..."))
+    await plane.reset_caches()
+    if say is not None:
+        say(f"{'calibrated' if fresh else 'reused the calibration ' + capacity.source} in "
+            f"{time.monotonic() - t0:.0f} s: decode {capacity.decode_rate_single:.0f} "
+            f"tok/s alone, {capacity.decode_rate_max:.0f} tok/s aggregate")
+    return capacity
 
 
 def _vocab_size(tok: Tokenizer) -> int:
