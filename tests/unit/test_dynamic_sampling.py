@@ -117,7 +117,7 @@ def _run_scheduler(config: SchedulerConfig, rewards: list[float], rng: random.Ra
             break
         assert s.running, "stalled"
         key = rng.choice(sorted(s.running))
-        clock.advance(rng.random())
+        clock.advance(0.01 + rng.random())  # distinct times: "completed before the batch" is exact
         r = rng.choice(rewards)
         plan = FakePlan(Reason.VERIFIED_PASS if r > 0 else Reason.VERIFIED_FAIL, r)
         s.on_finished(key, make_trajectory(specs[key], plan, now=clock.now()))
