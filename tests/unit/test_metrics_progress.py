@@ -92,4 +92,8 @@ def test_held_group_line_says_so() -> None:
     p = PlainProgress(total_batches=1, groups_per_batch=2, stream=out)
     p.emit(GroupEvent(kind=EventKind.GROUP_READY, t=1.0, group_id="g0", task_id="hello", seq=0,
                       size=4, valid=4, zero_variance=True, held=True))
-    assert "(task hello, 4/4 valid, zero variance, held back)" in out.getvalue()
+    p.emit(GroupEvent(kind=EventKind.GROUP_READY, t=2.0, group_id="g1", task_id="hello", seq=1,
+                      size=4, valid=4, zero_variance=False))
+    lines = out.getvalue().splitlines()
+    assert "group of hello held back (4/4 valid, zero variance;" in lines[0]
+    assert "groups 1/2 (task hello, 4/4 valid, reward variance)" in lines[1]  # held not counted

@@ -75,10 +75,13 @@ class PlainProgress:
                 self._last_beat = self._wall()
                 self.line(f"attempts finished {sum(self.outcomes.values())} ({_counts(self.outcomes)}) "
                           f"{self._at(event.t)}")
+        elif isinstance(event, GroupEvent) and event.kind is EventKind.GROUP_READY and event.held:
+            self.line(f"batch {self.batches + 1}/{self.total_batches}: group of {event.task_id} "
+                      f"held back ({event.valid}/{event.size} valid, zero variance; dynamic "
+                      f"sampling looks for groups with variance first) {self._at(event.t)}")
         elif isinstance(event, GroupEvent) and event.kind is EventKind.GROUP_READY:
             self.groups_in_batch += 1
             signal = "zero variance" if event.zero_variance else "reward variance"
-            signal += ", held back" if event.held else ""
             self.line(f"batch {self.batches + 1}/{self.total_batches}: groups "
                       f"{min(self.groups_in_batch, self.groups_per_batch)}/{self.groups_per_batch} "
                       f"(task {event.task_id}, {event.valid}/{event.size} valid, {signal}) {self._at(event.t)}")
