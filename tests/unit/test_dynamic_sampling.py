@@ -196,3 +196,47 @@ def test_variance_found_by_an_extra_group_goes_in_the_batch() -> None:
     assert batches[0].meta["groups"]["held_back"] == 1
     held = [e for e in s.drain_events() if isinstance(e, GroupEvent) and e.held]
     assert [e.kind for e in held] == [EventKind.GROUP_READY]
+
+
+def test_scheduler_asks_to_be_woken_at_the_time_bound() -> None:
+    clock = FakeClock()
+    config = SchedulerConfig(groups_per_batch=1, pool_groups=1, sandbox_slots=2, num_batches=1,
+                             bank=ReadyBankConfig(group_size=2, dynamic_sampling=_ds(
+                                 max_extra_groups=1, max_hold_s=30.0)))
+    s = Scheduler(config, ["a"], clock)
+    assert s.wake_at() is None
+    for d in s.poll():
+        if isinstance(d, Launch):
+            s.on_finished(d.spec.key, make_trajectory(d.spec, FakePlan(Reason.VERIFIED_FAIL, 0.0),
+                                                      now=clock.now()))
+    assert not [d for d in s.poll() if isinstance(d, EmitBatch)]  # held; the extra launched
+    assert s.wake_at() == 30.0
+    clock.advance(30.0)
+    (batch,) = [d.batch for d in s.poll() if isinstance(d, EmitBatch)]
+    assert [g.seq for g in batch.groups] == [0] and s.wake_at() is None
+
+
+async def test_driver_wakes_for_the_time_bound_without_a_result() -> None:
+    """The extra group never returns: only the driver's wake-up releases the held group."""
+    import asyncio
+    import contextlib
+
+    from rollbank.scheduling.driver import CollectionDriver
+    from rollbank.scheduling.fake import FakeAttemptRunner
+
+    gate = asyncio.Event()  # never set: the extra group's attempts block
+    runner = FakeAttemptRunner(lambda spec: FakePlan(Reason.VERIFIED_FAIL, 0.0,
+                                                     gate=gate if spec.key.seq else None))
+    config = SchedulerConfig(groups_per_batch=1, pool_groups=1, sandbox_slots=4, num_batches=1,
+                             bank=ReadyBankConfig(group_size=2, dynamic_sampling=_ds(
+                                 max_extra_groups=1, max_hold_s=0.05)))
+    driver = CollectionDriver(config, runner, ["a"])
+
+    async def first() -> list[int]:
+        async with contextlib.aclosing(driver.batches()) as batches:
+            async for batch in batches:
+                return [g.seq for g in batch.groups]
+        return []
+
+    assert await asyncio.wait_for(first(), 20) == [0]
+    assert not gate.is_set()

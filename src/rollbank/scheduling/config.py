@@ -37,7 +37,7 @@ class DynamicSamplingConfig(Section):
     max_hold_s: float | None = Field(
         default=None, gt=0,
         description="also release the held groups once the oldest has waited this long "
-        "(checked when the scheduler polls, i.e. at each result; None: no time bound)",
+        "(the driver polls again at that time; None: no time bound)",
     )
 
 

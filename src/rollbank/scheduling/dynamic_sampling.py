@@ -13,7 +13,8 @@ Rules
   the extra groups launched while the bank waits for variance.
 - The held groups are released when no group is open any more (nothing launched could still
   bring variance, and the allowance is spent or nothing more may be created), or when the
-  oldest held group has waited ``max_hold_s`` (optional). Released, they fill the batch after
+  oldest held group has waited ``max_hold_s`` (optional; the driver wakes up for it,
+  ``Scheduler.wake_at``). Released, they fill the batch after
   the groups with variance, oldest first; those not needed stay in the bank.
 - Every complete group is counted (``completed``), and every zero-variance one
   (``zero_variance``), so the share among all completed groups stays visible, not only the
@@ -77,6 +78,13 @@ class HoldBack:
             return True
         limit = self.config.max_hold_s
         return limit is not None and now - min(g.completed_at for g in held) >= limit
+
+    def release_at(self, held: Sequence[GroupResult]) -> float | None:
+        """When the time bound will release ``held`` (None: no bound, or nothing held)."""
+        limit = self.config.max_hold_s
+        if not self.enabled or not held or limit is None:
+            return None
+        return min(g.completed_at for g in held) + limit
 
     def choose(self, ready: Sequence[GroupResult], max_groups: int, *, release: bool
                ) -> list[GroupResult]:

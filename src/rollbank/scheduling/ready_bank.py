@@ -124,6 +124,10 @@ class ReadyBank:
         """Ready groups a batch may take now (the held ones only once released)."""
         return len(self._ready) if self.releasing() else len(self._ready) - len(self._held())
 
+    def release_at(self) -> float | None:
+        """Clock time the held groups' time bound falls due (None: none pending)."""
+        return None if self.releasing() else self.hold.release_at(self._held())
+
     def extra_allowance(self) -> int:
         """Groups the scheduler may admit beyond its pool while groups are held back."""
         return self.hold.extra_allowance(len(self._held()))

@@ -265,6 +265,10 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         for key in self.bank.open_group(group_id, task_id, seq):
             heapq.heappush(self._queue, (key, task_id))
 
+    def wake_at(self) -> float | None:
+        """Clock time to poll again even if no result arrives (a held group's time bound)."""
+        return None if self.done else self.bank.release_at()
+
     @property
     def holding_extras(self) -> bool:
         """Extra groups' attempts were held back for contention (poll again when it ends)."""
