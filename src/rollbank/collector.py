@@ -44,10 +44,8 @@ from rollbank.episodes.trajectory import Trajectory
 from rollbank.episodes.workload import TraceWorkload, make_workload
 from rollbank.errors import InputError
 from rollbank.extras import require
-from rollbank.inference_plane import InferencePlane, open_inference
+from rollbank.inference_plane import InferencePlane, calibrate_plane, open_inference
 from rollbank.metrics.bound import Capacity
-from rollbank.metrics.calibrate import calibrate
-from rollbank.metrics.calibration_cache import calibrate_or_reuse, calibration_cache
 from rollbank.metrics.events import EventLog, read_events
 from rollbank.metrics.progress import (
     PREFIX,
@@ -81,6 +79,7 @@ class CollectResult:
     t_end: float  # last batch handed over
     setup_s: float  # planes opened before the clock started (servers, warm pool), if known
     ledger: dict[str, Any] = field(default_factory=dict)
+    groups: dict[str, Any] = field(default_factory=dict)  # every complete group (HoldCounts)
 
     @property
     def collection_s(self) -> float:
@@ -147,23 +146,13 @@ async def collect(
     servers = list(inference.clients)
     say = plain_printer(config)
     if capacity is None and config.inference.calibrate:
-        t_cal = time.monotonic()
-        slots = config.runner.verifier_slots or os.cpu_count()
-        sandbox_slots = (sched.sandbox_slots if sandboxes.capacity is None
-                         else sandboxes.capacity.capacity)
-        capacity, fresh = await calibrate_or_reuse(
-            lambda: calibrate(inference.clients, sandbox_slots=sandbox_slots,
-                              vocab_size=inference.vocab_size, verifier_slots=slots),
-            cache=calibration_cache(config.inference.calibration_max_age_s),
-            fingerprint=inference.fingerprint, sandbox_slots=sandbox_slots, verifier_slots=slots,
-            on_measure=None if say is None else lambda: say(
-                "calibrating the servers' capacity for the lower bound (a few probe requests)..."))
-        await inference.reset_caches()
-        if say is not None:
-            say(f"{'calibrated' if fresh else 'reused the calibration ' + capacity.source} in "
-                f"{time.monotonic() - t_cal:.0f} s: decode {capacity.decode_rate_single:.0f} "
-                f"tok/s alone, {capacity.decode_rate_max:.0f} tok/s aggregate")
-    router = router or router_from_config(config.router, servers, clock)
+        capacity = await calibrate_plane(
+            inference, sandbox_slots=(sched.sandbox_slots if sandboxes.capacity is None
+                                      else sandboxes.capacity.capacity),
+            verifier_slots=config.runner.verifier_slots or os.cpu_count(),
+            max_age_s=config.inference.calibration_max_age_s, say=say)
+    # servers still starting (inference.feed) join the router and the scheduler as they serve
+    router = router or router_from_config(config.router, list(inference.serving), clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
     runner = _Keeping(EpisodeRunner(
         config.runner, tasks={t.task_id: t for t in tasks}, source=sandboxes.source,
@@ -210,7 +199,8 @@ async def collect(
                                    task_ids, sink=FanoutSink(*sinks), clock=clock, scorer=scorer,
                                    staleness=config.staleness,
                                    clients=list(inference.clients.values()),
-                                   capacity=sandboxes.capacity)
+                                   capacity=sandboxes.capacity, servers=inference.feed,
+                                   on_servers=_joining(router))
         if resume is not None:
             driver.scheduler.resume_at(resume.next_index, resume.next_seq)
         log.record("run_started", clock.now(), tasks=len(tasks), servers=servers,
@@ -229,7 +219,8 @@ async def collect(
                     extra={"accounting": batch.accounting.to_dict(),
                            "profile": batch.profile.to_dict(), "complete": batch.complete,
                            "unreachable": [u.to_dict() for u in batch.unreachable],
-                           **zero_variance_extra(batch.groups)},
+                           **zero_variance_extra(batch.groups),
+                           "groups": batch.meta.get("groups")},
                     staleness=batch.staleness.report if batch.staleness is not None else None,
                 )
                 if prom is not None:
@@ -246,18 +237,29 @@ async def collect(
                     progress.batch_written(batch.index, path, s.time_to_batch_s)
         t_end = clock.now() if not summaries else summaries[-1].t_end
         ledger = _ledger(driver)
+        hold = driver.scheduler.bank.hold
+        groups = {"dynamic_sampling": hold.enabled, **hold.counts.to_dict()}
         log.record("run_finished", clock.now(), batches=len(summaries), ledger=ledger)
     result = CollectResult(out_dir, summaries, list(runner.finished), capacity,
-                           t0 if t0 is not None else t_end, t_end, setup_s, ledger)
+                           t0 if t0 is not None else t_end, t_end, setup_s, ledger, groups)
     _write_summary(result, config)
     if config.metrics.report:
         await asyncio.to_thread(write_run_report, result, config)
     if progress is not None:
         print("\n".join(run_summary_lines(
             [b.to_dict() for b in result.batches], out_dir=out_dir, setup_s=setup_s,
-            collection_s=result.collection_s, attempts=len(result.trajectories), ledger=ledger)),
+            collection_s=result.collection_s, attempts=len(result.trajectories), ledger=ledger,
+            all_groups=result.groups)),
             file=sys.stderr, flush=True)
     return result
+
+
+def _joining(router: Router) -> Callable[[tuple[str, ...]], None]:
+    """The router learns every server that serves (known ones are ignored)."""
+    def join(servers: tuple[str, ...]) -> None:
+        for url in servers:
+            router.on_server_ready(url)
+    return join
 
 
 def _nothing_left(resume: ResumePlan) -> CollectResult:
@@ -303,6 +305,7 @@ def _write_summary(result: CollectResult, config: CollectConfig) -> Path:
         "capacity": result.capacity.to_dict() if result.capacity else None,
         "ledger": result.ledger,
         "zero_variance_share": zero_variance_share([b.to_dict() for b in result.batches]),
+        "groups": result.groups,
         "wall_clock_finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
@@ -378,7 +381,8 @@ async def run_collect(config: CollectConfig, *, out_dir: Path | None = None,
             say(f"preparing sandboxes for {len(prepare)} of {len(tasks)} tasks while servers start "
                 "(environments are built once, then cached)...")
         plane, sandboxes = await enter_concurrently(
-            stack, open_inference(config.inference, max_model_len=config.runner.max_model_len, say=say),
+            stack, open_inference(config.inference, max_model_len=config.runner.max_model_len, say=say,
+                                  first_ready=True),
             _timed(open_sandboxes(config.sandbox, tasks, prepare=prepare), say, "sandboxes ready"))
         if say is not None:
             sched = config.scheduler.effective()

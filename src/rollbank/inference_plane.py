@@ -1,18 +1,27 @@
 """The inference plane of a collection: start (managed), connect to (external) or fake the
 servers a :class:`~rollbank.collect_config.InferenceSection` describes, and hand out one client
 per server URL with the model's tokenizer. Used by the collector, ``rollbank train`` and eval.
+
+``first_ready=True`` (the collector): managed servers are handed over as soon as the first is
+healthy; ``plane.feed`` then says which serve now and announces the others as they join
+(:class:`~rollbank.inference.protocol.ServerFeed`). Otherwise every server is healthy on entry
+and ``feed`` is None.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from rollbank.collect_config import InferenceSection
 from rollbank.errors import ConfigError
-from rollbank.inference.protocol import InferenceClient, Tokenizer
+from rollbank.inference.protocol import InferenceClient, ServerFeed, Tokenizer
+from rollbank.metrics.bound import Capacity
+from rollbank.metrics.calibrate import calibrate
+from rollbank.metrics.calibration_cache import calibrate_or_reuse, calibration_cache
 
 
 @dataclass
@@ -24,10 +33,43 @@ class InferencePlane:
     vocab_size: int
     description: str
     fingerprint: str | None = None  # what the servers' capacity depends on (None: unknown)
+    feed: ServerFeed | None = None  # servers still starting (None: all of ``clients`` serve)
+
+    @property
+    def serving(self) -> tuple[str, ...]:
+        """URLs of the servers serving now."""
+        return tuple(self.clients) if self.feed is None else self.feed.ready
 
     async def reset_caches(self) -> None:
-        for c in self.clients.values():
-            await c.reset_prefix_cache()
+        for url in self.serving:
+            await self.clients[url].reset_prefix_cache()
+
+
+async def calibrate_plane(plane: InferencePlane, *, sandbox_slots: int, verifier_slots: int | None,
+                          max_age_s: float, say: Callable[[str], None] | None = None) -> Capacity:
+    """The servers' capacity for the lower bound: a cached calibration of the same fleet
+    (``max_age_s``), else measured. Measuring needs every server (the aggregate rates are the
+    whole fleet's), so with servers still starting (``plane.feed``) it waits for them; with a
+    cached calibration nothing waits and collection starts on the first server."""
+    t0 = time.monotonic()
+
+    async def measure() -> Capacity:
+        serving = plane.serving if plane.feed is None else await plane.feed.settled()
+        return await calibrate({u: plane.clients[u] for u in serving}, sandbox_slots=sandbox_slots,
+                               vocab_size=plane.vocab_size, verifier_slots=verifier_slots)
+
+    capacity, fresh = await calibrate_or_reuse(
+        measure, cache=calibration_cache(max_age_s), fingerprint=plane.fingerprint,
+        sandbox_slots=sandbox_slots, verifier_slots=verifier_slots,
+        on_measure=None if say is None else lambda: say(
+            "calibrating the servers' capacity for the lower bound (a few probe requests"
+            f"{'' if plane.feed is None else ', once every server serves'})..."))
+    await plane.reset_caches()
+    if say is not None:
+        say(f"{'calibrated' if fresh else 'reused the calibration ' + capacity.source} in "
+            f"{time.monotonic() - t0:.0f} s: decode {capacity.decode_rate_single:.0f} "
+            f"tok/s alone, {capacity.decode_rate_max:.0f} tok/s aggregate")
+    return capacity
 
 
 def _vocab_size(tok: Tokenizer) -> int:
@@ -36,7 +78,8 @@ def _vocab_size(tok: Tokenizer) -> int:
 
 @contextlib.asynccontextmanager
 async def open_inference(cfg: InferenceSection, *, max_model_len: int,
-                         say: Callable[[str], None] | None = None) -> AsyncIterator[InferencePlane]:
+                         say: Callable[[str], None] | None = None,
+                         first_ready: bool = False) -> AsyncIterator[InferencePlane]:
     """Start (managed), connect to (external) or fake the inference servers."""
     if cfg.kind == "fake":
         from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
@@ -68,8 +111,12 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int,
         return
     from rollbank.inference.server import ManagedServers
 
-    managed = ManagedServers(cfg.managed, on_ready=None if say is None else
-                             lambda i, secs: say(f"server {i} ready in {secs:.0f} s"))
+    managed = ManagedServers(
+        cfg.managed, on_ready=None if say is None else
+        lambda i, secs: say(f"server {i} ready in {secs:.0f} s"),
+        wait="first" if first_ready else "all",
+        on_failed=None if say is None else
+        lambda i, exc: say(f"server {i} failed to start ({exc}); going on with the others"))
     if say is not None:
         say(managed.plan.line())
         say(f"starting {managed.plan.num_servers} vLLM server(s) for {cfg.managed.model} "
@@ -80,4 +127,5 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int,
         yield InferencePlane(dict(zip(servers.urls, servers.clients, strict=True)), tok,
                              _vocab_size(tok),
                              f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}",
-                             fingerprint=servers.fingerprint())
+                             fingerprint=servers.fingerprint(),
+                             feed=servers if first_ready and len(servers.servers) > 1 else None)

@@ -82,6 +82,8 @@ def test_eval_config_counts_every_attempt() -> None:
     assert (s.groups_per_batch, s.pool_groups, s.max_groups, s.num_batches) == (3, 3, 3, 1)
     assert s.straggler is StragglerPolicy.WAIT and s.bank.group_size == 5
     assert s.bank.max_retries == 0 and s.bank.min_valid == 1 and not s.bank.filter_zero_variance
+    assert base.scheduler.bank.dynamic_sampling.enabled  # the collect default holds groups back
+    assert not s.bank.dynamic_sampling.enabled  # eval counts every group
     assert not cfg.inference.calibrate
     managed = eval_config(load_collect_config(None, {}), attempts=2, num_tasks=1, model="tiny")
     assert managed.inference.managed.model == "tiny"

@@ -28,6 +28,16 @@ port = int(args[args.index("--port") + 1])
 mode = os.environ.get("STAND_IN_MODE", "ok")
 if mode == "crash":
     sys.exit(3)
+gate = os.environ.get("STAND_IN_GATE")  # the first server serves at once, the others on the gate
+if gate:
+    import time
+    try:
+        os.close(os.open(gate + ".first", os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        while not os.path.exists(gate):
+            time.sleep(0.05)
+        if open(gate).read().strip() == "crash":
+            sys.exit(4)
 log = open(os.environ["STAND_IN_LOG"], "a")
 
 class H(http.server.BaseHTTPRequestHandler):
@@ -138,3 +148,63 @@ def test_config_rejects_typos() -> None:
 
     with pytest.raises(ConfigError, match="num_server"):
         validate(ServerConfig, {"num_server": 2}, source="serve.toml")
+
+
+async def _until(cond, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    for _ in range(int(timeout_s / 0.05)):
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+async def test_first_ready_serves_before_the_others_join(
+    stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("STAND_IN_GATE", str(gate))
+    ready: list[int] = []
+    ms = ManagedServers(config(stand_in, tmp_path, num_servers=2), wait="first",
+                        on_ready=lambda i, _s: ready.append(i))
+    async with ms:
+        assert len(ms.ready) == 1 and len(ready) == 1  # entered with one server serving
+        seen = ms.watch()
+        assert await anext(seen) == ms.ready
+        assert await ms.check_now() == [None, None]  # the one still starting is not restarted
+        gate.write_text("go")
+        both = await anext(seen)
+        assert set(both) == set(ms.urls) and sorted(ready) == [0, 1]
+        assert await ms.settled() == both
+        with pytest.raises(StopAsyncIteration):
+            await anext(seen)  # every start settled: the feed ends
+
+
+async def test_a_server_failing_after_another_serves_is_reported_not_raised(
+    stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("STAND_IN_GATE", str(gate))
+    failed: list[tuple[int, str]] = []
+    ms = ManagedServers(config(stand_in, tmp_path, num_servers=2), wait="first",
+                        on_failed=lambda i, exc: failed.append((i, str(exc))))
+    async with ms:
+        first = ms.ready
+        gate.write_text("crash")
+        assert await ms.settled() == first
+        await _until(lambda: bool(failed))
+        assert "exited with 4 during startup" in failed[0][1]
+        assert [e["event"] for e in ms.events] == ["healthy", "start_failed"]
+        assert all(s.process is None or s.process.returncode is not None
+                   for s in ms.servers if s.index in ms.failed)
+
+
+async def test_first_ready_fails_only_when_every_server_failed(
+    stand_in: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAND_IN_MODE", "crash")
+    ms = ManagedServers(config(stand_in, tmp_path, num_servers=2), wait="first")
+    with pytest.raises(InferenceError, match="server 0 exited with 3"):
+        async with ms:
+            pass

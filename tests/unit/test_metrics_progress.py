@@ -70,3 +70,30 @@ def test_run_summary_fits_one_screen_and_reports_learning_signal() -> None:
     assert "3/4 groups with reward variance (75%); 1 zero-variance" in text
     assert "outcomes: model_failure 11, model_success 5" in text
     assert "set-up 62 s" in text and "/tmp/run/report.html" in text
+
+
+def test_run_summary_reports_every_complete_group_and_the_held_ones() -> None:
+    batch = {"batch_index": 0, "n_groups": 4, "n_trajectories": 16,
+             "extra": {"zero_variance_groups": 0, "zero_variance_share": 0.0}}
+    groups = {"dynamic_sampling": True, "groups_completed": 7, "zero_variance_completed": 3,
+              "zero_variance_released": 0, "held_back": 3}
+    text = "\n".join(run_summary_lines([batch], out_dir="/tmp/run", setup_s=1.0, collection_s=2.0,
+                                       attempts=28, all_groups=groups))
+    assert "4/4 groups with reward variance (100%)" in text  # the batch
+    # the run: the zero-variance share among all complete groups stays visible
+    assert "all complete groups: 4/7 with reward variance, 3 zero-variance (43%); " \
+           "dynamic sampling held back 3, released 0" in text
+
+
+def test_held_group_line_says_so() -> None:
+    import io
+
+    out = io.StringIO()
+    p = PlainProgress(total_batches=1, groups_per_batch=2, stream=out)
+    p.emit(GroupEvent(kind=EventKind.GROUP_READY, t=1.0, group_id="g0", task_id="hello", seq=0,
+                      size=4, valid=4, zero_variance=True, held=True))
+    p.emit(GroupEvent(kind=EventKind.GROUP_READY, t=2.0, group_id="g1", task_id="hello", seq=1,
+                      size=4, valid=4, zero_variance=False))
+    lines = out.getvalue().splitlines()
+    assert "group of hello held back (4/4 valid, zero variance;" in lines[0]
+    assert "groups 1/2 (task hello, 4/4 valid, reward variance)" in lines[1]  # held not counted

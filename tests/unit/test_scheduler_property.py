@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from rollbank.batching.batch import Batch
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
+from rollbank.scheduling.config import DynamicSamplingConfig, ReadyBankConfig, SchedulerConfig
 from rollbank.scheduling.events import BatchEvent, BatchHandoff, Event, EventKind
 from rollbank.scheduling.fake import FakePlan, make_trajectory
 from rollbank.scheduling.ledger import AttemptState
@@ -61,9 +61,20 @@ def configs(draw: st.DrawFn) -> SchedulerConfig:
             group_size=n,
             max_retries=draw(st.integers(0, 2)),
             min_valid=draw(st.integers(1, n)),
-            filter_zero_variance=n >= 2 and draw(st.booleans()),
+            filter_zero_variance=(zv := _zero_variance_policy(draw, n))[0],
+            dynamic_sampling=zv[1],
         ),
     )
+
+
+def _zero_variance_policy(draw: st.DrawFn, n: int) -> tuple[bool, DynamicSamplingConfig]:
+    """Keep zero-variance groups, drop them (filter), or hold them back (dynamic sampling)."""
+    choice = draw(st.sampled_from(["keep", "filter", "hold"])) if n >= 2 else "keep"
+    if choice == "hold":
+        hold_s = draw(st.one_of(st.none(), st.floats(0.5, 5.0)))
+        return False, DynamicSamplingConfig(
+            enabled=True, max_extra_groups=draw(st.integers(0, 3)), max_hold_s=hold_s)
+    return choice == "filter", DynamicSamplingConfig()
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

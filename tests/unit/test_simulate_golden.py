@@ -11,7 +11,10 @@ time, as the workload saw it), the lifecycle events when recorded, every batch (
 ready time, accounting, selection profile, meta, unreachable tasks and, when kept, each
 group's ids, rewards, advantages and trajectories' times) and the result summary. Floats are
 hashed by ``repr``: equal to the last bit. If a deliberate policy change moves a digest,
-recompute it on the new code and say why in the commit.
+recompute it on the new code and say why in the commit. Recomputed once on the merge of
+dynamic sampling: the decision traces were diffed field by field against 7b0a4b1's and the
+only differences were added fields (``held`` in group events, ``groups``/``dynamic_sampling``
+in batch meta and the summary); no launch, time, reward or accounting changed.
 """
 
 from __future__ import annotations
@@ -146,24 +149,24 @@ def _bench_digest(model: str) -> str:
 
 
 GOLDEN: dict[str, str] = {
-    "abort/record": "00c8209f55b1ef4b4b527108c81e28cddc23d2d54864a7427e3cb5ac3b240538",
-    "abort/lean": "3e5763073cc9c40b406ab65c42588d2d8985c7c8f2318e51778b558d2afb35b0",
-    "carry/record": "f0de18ae6d03e37baa69d33669537678eb0e25a983a57043c6239f9a246f1779",
-    "carry/lean": "76d58dd5d3478f496f934db81a72db4d10f43245bc8d3c1ebd11f79bd86705b2",
-    "contention/record": "95e15384d59c49c2b988e27852125dcefd1d91d94c53a8ae836fe9ffdfe3cd13",
-    "contention/lean": "e0601213159e110af8880a793743797a43b8fcd01869acfd32ddf9118e01e7d0",
-    "contention_abort/record": "1f669083769168ff212b7bfe86c9ff3f45edd0b7b76c6d2fb2db13a9d94174b6",
-    "contention_abort/lean": "ffbf0fe12e14688ca5da99acc4ecf3a28badc5e10cd3b15dad3055f338e8feda",
-    "contention_naive/record": "8f99121869b5995c1f8dfd240b113a1fbfd02733f8aa0e2e89b1e8ab43ede5e5",
-    "contention_naive/lean": "3b88e4fb5742de53a5d5f9de76eebeca587f357d6f7f0b823e0b3755b1084f79",
-    "naive/record": "1f7d346ceabe50b10ef2fdc963c7bc3c9dbda9a2f5cab5274e203f345edfd8e7",
-    "naive/lean": "47e12e6c286446e1f550c8af865fddd223e002ba9cb1f6f49639cbd482a3e7c8",
-    "wait/record": "c079cba3d00c8b3a9cd4da0f7a670a2db74cdb32dd8b9e93e8c3d2ccbf998abc",
-    "wait/lean": "ebb25b8534c9b20c7f64fc52ec2414dfb7ab14b7887eed8383bdbff621ce74f2",
-    "zero_variance/record": "3f47f72230d52761f25ad7fc3a9926fc560fe521b22439c5abf2ca999aa62380",
-    "zero_variance/lean": "de87b55a94da6a36d34405cfb7ec78fdb7efe8170f5630b764594bd653bacc3f",
-    "bench/durations": "ecf2542308b117556e03356f331ca6ca4a54ed4b83494f6015b85b7dbf8bbbf4",
-    "bench/contention": "1a1f45d34be54083f53e6a74506714189860fdd9d80e1d80aeeeeb1ef08b9a5b",
+    "abort/record": "0bd373703de66f59bbdfc63edca598cab9b22fff992eb3c1c940210b8a6d2e10",
+    "abort/lean": "f43898921b1ea052cb7d977d5815207e1540074cb471cd10b43552f3c0ae918d",
+    "carry/record": "4bee130dd86ca5d98fd6af352dd4fa73faa06b1f54a59638ef76523694dfe409",
+    "carry/lean": "15dcc7a38394b236a6ed1c4637915b06a88536da85faa3202afcf11bc8baedf7",
+    "contention/record": "65e2d8d5c75a83051f75924034967e40ee893f58619bad06a28e0449d8ae3a63",
+    "contention/lean": "fef72992b5666e03d622b4fdb67c02c2cf2b8d33a5b377f3f9151f2d813c90fb",
+    "contention_abort/record": "cd79fa200291e728b3098bb3b9896c78ce089d1f32e24dacd7d99a3a58234be3",
+    "contention_abort/lean": "6d54d52627628451e600638eda72c261666b0c29cd6206c293574c62a3765f0b",
+    "contention_naive/record": "600fb8e4afeb8feb96f6fd2460f362ce1db2413f518f51ef1ace28d4a8cedd7d",
+    "contention_naive/lean": "48c4f9c193dcba649d7970387166c87c25fedaa0a164f23ba97b91bd7b3e21f3",
+    "naive/record": "aa111ca121bec88ec23930cd814b2159c3655e0464bed1cc49c6a6639b5b5eac",
+    "naive/lean": "db35b4dd4a94c51a1bbe695d477398e2bf9a801a8862d79d87c99eb43327c6b7",
+    "wait/record": "85c1b4294605cebf14d280f2efd3a16e6b99a8de5e9181ab879dd6a6a0b76f39",
+    "wait/lean": "bd4ff0be550b2b877926b1813d2ff18ef1b206fac1f09cced0ef0ec489a716b0",
+    "zero_variance/record": "73a1c244371ffa68cf1b3419e8888f0f95e6037570ef4242fb0952272d77a7be",
+    "zero_variance/lean": "7e6e48b7dfaa874c9e4de8f2e061a112132035e131260f13b43002009f17041d",
+    "bench/durations": "81df69aea35247ad7f732936e2acafa31fff4a1e94b46a6a84b397855216e65c",
+    "bench/contention": "6fda2328cc83875d10979d7671eccd08652c753a61c1dd6686d87fd24fb076e3",
 }
 
 

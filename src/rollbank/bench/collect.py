@@ -131,6 +131,8 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "exclude_costs": [c for c in args.exclude_costs.split(",") if c],
         "task_order_seed": args.seed,
         "output": str(args.out / arm),
+        # arms compare time to a batch of G groups: no arm holds zero-variance groups back
+        "scheduler.bank.dynamic_sampling.enabled": False,
         "runner.max_turns": args.max_turns,
         "fenced_shell.max_tokens": args.max_tokens,
         "runner.step_timeout_s": args.step_timeout,

@@ -124,6 +124,7 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "metrics.live": "off", "inference.kind": "fake", "runner.max_turns": 2,
         "scheduler.groups_per_batch": args.groups, "scheduler.pool_groups": args.groups,
         "scheduler.bank.group_size": args.group_size, "scheduler.num_batches": args.batches,
+        "scheduler.bank.dynamic_sampling.enabled": False,
         "scheduler.sandbox_slots": max(2, args.groups * args.group_size),
     }
     cfg = await asyncio.to_thread(load_collect_config, None, overrides)

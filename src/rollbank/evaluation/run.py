@@ -38,6 +38,7 @@ from rollbank.evaluation.timing import (
 )
 from rollbank.inference.protocol import InferenceClient
 from rollbank.inference_plane import InferencePlane, open_inference
+from rollbank.scheduling.config import DynamicSamplingConfig
 from rollbank.scheduling.types import SchedulingMode, StragglerPolicy
 from rollbank.task_selection import select_tasks
 from rollbank.tasks.model import Task
@@ -71,7 +72,8 @@ def eval_config(config: CollectConfig, *, attempts: int, num_tasks: int,
     """``config`` with the scheduling that counts every attempt (see the module doc)."""
     sched = config.scheduler
     bank = sched.bank.model_copy(update={
-        "group_size": attempts, "max_retries": 0, "min_valid": 1, "filter_zero_variance": False})
+        "group_size": attempts, "max_retries": 0, "min_valid": 1, "filter_zero_variance": False,
+        "dynamic_sampling": DynamicSamplingConfig()})  # every group counts, none held back
     sched = sched.model_copy(update={
         "mode": SchedulingMode.OPTIMIZED, "groups_per_batch": num_tasks, "pool_groups": num_tasks,
         "max_groups": num_tasks, "num_batches": 1, "straggler": StragglerPolicy.WAIT,

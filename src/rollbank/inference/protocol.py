@@ -12,7 +12,7 @@ sent while a publication (:mod:`rollbank.inference.publish`) has admission close
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -166,3 +166,23 @@ class InferenceClient(Protocol):
     async def metrics(self) -> ServerMetrics: ...
 
     async def aclose(self) -> None: ...
+
+
+class ServerFeed(Protocol):
+    """Inference servers that become ready one by one (managed servers still starting).
+
+    The collection driver follows it: every change is an input to the scheduler's inference
+    capacity, and the router learns the new targets (``Router.on_server_ready``)."""
+
+    @property
+    def ready(self) -> tuple[str, ...]:
+        """URLs of the servers serving now."""
+        ...
+
+    def watch(self) -> AsyncIterator[tuple[str, ...]]:
+        """The ready servers now, then each time one joins (ends when every start settled)."""
+        ...
+
+    async def settled(self) -> tuple[str, ...]:
+        """Wait until every server serves or failed to start; the ready ones."""
+        ...

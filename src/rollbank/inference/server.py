@@ -17,6 +17,12 @@ Invariants
   running on it fail at the client with an :class:`~rollbank.errors.InferenceError`
   subtype (connection lost, or HTTP 500 from a dead engine) — the episode layer records an
   infrastructure failure and may re-run them.
+- ``wait="first"``: entering returns as soon as one server is healthy; the others go on
+  starting in tasks owned by the context manager and join :attr:`ManagedServers.ready` (and
+  :meth:`ManagedServers.watch`) as they become healthy. A server that fails to start then is
+  recorded (``start_failed`` event, ``on_failed``) and left out; entering fails only when every
+  server failed. ``wait="all"`` (the default) returns when all are healthy, as before.
+- Supervision starts with a server's first healthy answer: one still starting is not restarted.
 - Child processes get ``HF_HUB_OFFLINE=1``: nothing is downloaded from a model hub.
 - ``"auto"`` dtype, server count and threads are resolved once, in the constructor, from the
   host's CPU flags, cores and memory (:mod:`rollbank.inference.host`); ``.plan`` says what was
@@ -39,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 from rollbank.config import cache_dir
 from rollbank.errors import InferenceError
@@ -46,6 +53,7 @@ from rollbank.inference.config import ServerConfig
 from rollbank.inference.host import HostFacts
 from rollbank.inference.models import OFFLINE_ENV, ensure_model
 from rollbank.inference.publishing import vllm_plugin as plugin
+from rollbank.inference.staged_start import StagedStart
 from rollbank.inference.vllm_client import VLLMClient
 
 # ServerConfig fields that do not change a server's speed (left out of its fingerprint).
@@ -90,17 +98,22 @@ class ServerState:
     failed_checks: int = 0
     dead_reason: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one check/restart at a time
+    started: bool = False  # healthy at least once (supervised from then on)
 
 
-class ManagedServers:
+class ManagedServers(StagedStart):
     """Start ``config.num_servers`` vLLM servers; ``.clients`` / ``.urls`` once entered."""
 
     def __init__(
         self, config: ServerConfig, *, host: HostFacts | None = None,
         on_ready: Callable[[int, float], None] | None = None,
+        wait: Literal["all", "first"] = "all",
+        on_failed: Callable[[int, BaseException], None] | None = None,
     ) -> None:
         self.config = config
         self.on_ready = on_ready  # called with (server index, seconds to healthy) at each start
+        self.on_failed = on_failed  # wait="first": a server failed to start after another was up
+        self.wait = wait
         self.plan = config.plan(host)  # "auto" dtype / servers / threads resolved for this host
         self.model_dir: Path | None = None
         self.run_dir = config.run_dir or cache_dir() / "runs" / time.strftime("serve-%Y%m%d-%H%M%S")
@@ -110,6 +123,7 @@ class ManagedServers:
         self._weights: tuple[str, int] | None = None
         self._loras: dict[str, str] = {}
         self.events: list[dict[str, object]] = []
+        self._init_staged_start()
 
     @property
     def urls(self) -> list[str]:
@@ -139,10 +153,14 @@ class ManagedServers:
         ]
         self.clients = [VLLMClient(u, scale_out=True) for u in self.urls]
         try:
-            async with asyncio.TaskGroup() as tg:
-                for s in self.servers:
-                    tg.create_task(self._start(s))
+            if self.wait == "first":
+                await self._start_until_first()
+            else:
+                async with asyncio.TaskGroup() as tg:
+                    for s in self.servers:
+                        tg.create_task(self._start(s))
         except BaseException as exc:
+            await self._cancel_starting()
             await self._stop_all()
             if isinstance(exc, ExceptionGroup):  # one clear error for callers and the CLI
                 raise exc.exceptions[0] from exc
@@ -153,6 +171,7 @@ class ManagedServers:
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self._cancel_starting()
         if self._supervisor is not None:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -262,6 +281,8 @@ class ManagedServers:
         s.startup_s.append(time.monotonic() - t0)
         s.failed_checks = 0
         s.dead_reason = None
+        s.started = True
+        self._changed.set()
         self.events.append({"event": "healthy", "server": s.index, "startup_s": s.startup_s[-1]})
         if self.on_ready is not None:
             self.on_ready(s.index, s.startup_s[-1])
@@ -311,7 +332,7 @@ class ManagedServers:
             return reason
 
     async def _check(self, s: ServerState) -> str | None:
-        if s.process is None:
+        if s.process is None or not s.started:  # still starting (or never started): not supervised
             return None
         if s.process.returncode is not None:
             return f"process exited with {s.process.returncode}"

@@ -75,6 +75,10 @@ class PlainProgress:
                 self._last_beat = self._wall()
                 self.line(f"attempts finished {sum(self.outcomes.values())} ({_counts(self.outcomes)}) "
                           f"{self._at(event.t)}")
+        elif isinstance(event, GroupEvent) and event.kind is EventKind.GROUP_READY and event.held:
+            self.line(f"batch {self.batches + 1}/{self.total_batches}: group of {event.task_id} "
+                      f"held back ({event.valid}/{event.size} valid, zero variance; dynamic "
+                      f"sampling looks for groups with variance first) {self._at(event.t)}")
         elif isinstance(event, GroupEvent) and event.kind is EventKind.GROUP_READY:
             self.groups_in_batch += 1
             signal = "zero variance" if event.zero_variance else "reward variance"
@@ -144,9 +148,11 @@ def _num(v: Any, fmt: str = ".0f", unit: str = "") -> str:
 
 def run_summary_lines(
     batches: Sequence[dict[str, Any]], *, out_dir: object, setup_s: float, collection_s: float,
-    attempts: int, ledger: dict[str, Any] | None = None,
+    attempts: int, ledger: dict[str, Any] | None = None, all_groups: dict[str, Any] | None = None,
 ) -> list[str]:
-    """The one-screen end-of-run summary (``batches``: BatchSummary.to_dict rows)."""
+    """The one-screen end-of-run summary (``batches``: BatchSummary.to_dict rows; ``all_groups``:
+    every complete group of the run, ``HoldCounts.to_dict`` + ``dynamic_sampling``)."""
+    completed = all_groups
     outcomes: Counter[str] = Counter()
     groups = zero = 0
     for b in batches:
@@ -170,6 +176,13 @@ def run_summary_lines(
     if groups:
         lines.append(f"  learning signal: {groups - zero}/{groups} groups with reward variance "
                      f"({(groups - zero) / groups:.0%}); {zero} zero-variance (advantages all 0)")
+    if completed and completed.get("groups_completed"):
+        c, z = int(completed["groups_completed"]), int(completed["zero_variance_completed"])
+        ds = (f"; dynamic sampling held back {completed.get('held_back', 0)}, released "
+              f"{completed.get('zero_variance_released', 0)}" if completed.get("dynamic_sampling")
+              else "")
+        lines.append(f"  all complete groups: {c - z}/{c} with reward variance, {z} zero-variance "
+                     f"({z / c:.0%}){ds}")
     if ledger:
         lines.append("  attempts: " + ", ".join(f"{k} {v}" for k, v in sorted(ledger.items())))
     lines.append(f"  report: {out_dir}/report.html   summary: {out_dir}/summary.json")

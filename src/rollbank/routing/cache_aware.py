@@ -111,6 +111,11 @@ class CacheAwareRouter:
         if previous is not None and previous != version:
             self.on_cache_reset(server)
 
+    def on_server_ready(self, server: str) -> None:
+        if self._loads.add_server(server):
+            self._index[server] = BlockIndex(max_blocks=self.config.max_blocks_per_server,
+                                             max_age_s=self.config.eviction_s)
+
     def in_flight(self) -> Mapping[str, int]:
         return self._loads.snapshot()
 

@@ -63,6 +63,9 @@ class _Base:
     def on_weight_version(self, server: str, version: int) -> None:
         self._loads.check(server)
 
+    def on_server_ready(self, server: str) -> None:
+        self._loads.add_server(server)
+
     def in_flight(self) -> Mapping[str, int]:
         return self._loads.snapshot()
 

@@ -6,7 +6,8 @@ id; it never does I/O and reads time only from an injected :class:`~rollbank.clo
 Asyncio drivers (the episode runner, ``rollbank bench routing``) call it around real requests.
 
 Invariants every policy keeps
-- ``route`` returns one of the server ids given at construction, and counts the request as
+- ``route`` returns one of the server ids given at construction or added since
+  (``on_server_ready``: a server that started later joins the targets), and counts the request as
   in flight on that server until ``on_finish`` or ``on_abort`` names it (unknown or repeated
   request ids are ignored, so a late or duplicate event cannot drive a load negative).
 - ``route`` is deterministic given the construction arguments, the event sequence and the
@@ -70,6 +71,11 @@ class Router(Protocol):
         """The server now serves weights ``version``; a change invalidates cached prefixes."""
         ...
 
+    def on_server_ready(self, server: str) -> None:
+        """A server started after the others is serving: it becomes a target (no load, no
+        cached prefixes). A server already known is ignored."""
+        ...
+
     def in_flight(self) -> Mapping[str, int]:
         """Requests currently counted in flight per server."""
         ...
@@ -86,6 +92,14 @@ class LoadTracker:
         self.servers: tuple[str, ...] = tuple(servers)
         self._load: dict[str, int] = dict.fromkeys(self.servers, 0)
         self._where: dict[str, str] = {}  # request id -> server
+
+    def add_server(self, server: str) -> bool:
+        """Make ``server`` a target with no load; False if it already was one."""
+        if server in self._load:
+            return False
+        self.servers = (*self.servers, server)
+        self._load[server] = 0
+        return True
 
     def check(self, server: str) -> None:
         if server not in self._load:

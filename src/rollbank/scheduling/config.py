@@ -19,6 +19,28 @@ from rollbank.scheduling.types import SchedulingMode, StragglerPolicy
 __all__ = ["AdvantageConfig", "ReadyBankConfig", "SchedulerConfig"]
 
 
+class DynamicSamplingConfig(Section):
+    """DAPO's dynamic sampling (verl's ``filter_groups``), bounded: complete groups whose rewards
+    have zero variance are held back in the bank while groups with variance go first."""
+
+    enabled: bool = Field(
+        default=False,
+        description="hold back complete zero-variance groups; release groups with reward "
+        "variance first; a held group is replaced by a new group (up to max_extra_groups)",
+    )
+    max_extra_groups: int = Field(
+        default=4, ge=0,
+        description="at most this many groups beyond pool_groups are admitted to replace "
+        "held zero-variance groups; once no group is open, the held groups are released so "
+        "a batch always comes",
+    )
+    max_hold_s: float | None = Field(
+        default=None, gt=0,
+        description="also release the held groups once the oldest has waited this long "
+        "(the driver polls again at that time; None: no time bound)",
+    )
+
+
 class ReadyBankConfig(Section):
     """When a group is complete, when a slot is re-run, which groups a trainer receives."""
 
@@ -38,6 +60,10 @@ class ReadyBankConfig(Section):
     advantages: AdvantageConfig = Field(
         default_factory=AdvantageConfig, description="how advantages are computed"
     )
+    dynamic_sampling: DynamicSamplingConfig = Field(
+        default_factory=DynamicSamplingConfig,
+        description="hold back zero-variance groups, release groups with variance first (bounded)",
+    )
 
 
     @model_validator(mode="after")
@@ -46,6 +72,11 @@ class ReadyBankConfig(Section):
             raise ValueError(f"min_valid ({self.min_valid}) > group_size ({self.group_size})")
         if self.filter_zero_variance and self.group_size < 2:
             raise ValueError("filter_zero_variance would drop every group of size 1")
+        if self.dynamic_sampling.enabled and self.filter_zero_variance:
+            raise ValueError("dynamic_sampling holds zero-variance groups back while "
+                             "filter_zero_variance drops them: choose one")
+        if self.dynamic_sampling.enabled and self.group_size < 2:
+            raise ValueError("dynamic_sampling would hold back every group of size 1")
         return self
 
 
@@ -130,7 +161,8 @@ class SchedulerConfig(Section):
         """The settings the policy actually uses (naive mode forces the baseline's)."""
         if self.mode is SchedulingMode.OPTIMIZED:
             return self
-        bank = self.bank.model_copy(update={"max_retries": 0, "filter_zero_variance": False})
+        bank = self.bank.model_copy(update={"max_retries": 0, "filter_zero_variance": False,
+                                         "dynamic_sampling": DynamicSamplingConfig()})
         return self.model_copy(
             update={
                 "pool_groups": self.groups_per_batch,

@@ -24,6 +24,8 @@ Invariants
   attempt, one for a result that arrived just as its attempt was aborted).
 - With a capacity feed (a cluster backend), the sandbox slots follow it: each change is an
   input event to the scheduler (``on_capacity``); with 0 slots the loop waits for a node.
+- With a server feed (managed servers still starting), the serving servers follow it the same
+  way (``on_servers``), and ``on_servers`` callers (the router) learn each new set.
 - An aborted attempt's sandbox slot is reused at once; the runner's own cleanup of the
   cancelled sandbox may briefly overlap the next attempt.
 """
@@ -32,24 +34,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from os import PathLike
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from rollbank.batching.batch import Batch
 from rollbank.clock import Clock, MonotonicClock
-from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import CollectionStalledError, SchedulingError
+from rollbank.inference.protocol import ServerFeed
 from rollbank.sandbox.protocol import CapacityFeed
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.events import Event, EventSink, ListSink
+from rollbank.scheduling.host_error import host_error_trajectory
 from rollbank.scheduling.scheduler import Scheduler
 from rollbank.scheduling.types import Abort, AttemptKey, AttemptSpec, EmitBatch, Launch
 
+T = TypeVar("T")
 _VERIFIER = "\x00verifier"  # the grant key of a verifier slot (no server has this name)
 
 
@@ -110,6 +114,8 @@ class CollectionDriver:
         clock: Clock | None = None,
         scheduler: Scheduler | None = None,
         capacity: CapacityFeed | None = None,
+        servers: ServerFeed | None = None,
+        on_servers: Callable[[tuple[str, ...]], None] | None = None,
     ) -> None:
         self.config = config
         self.runner = runner
@@ -119,6 +125,10 @@ class CollectionDriver:
         self.capacity = capacity
         if capacity is not None:
             self.scheduler.on_capacity(capacity.capacity)
+        self.servers = servers
+        self.on_servers = on_servers
+        if servers is not None:
+            self._servers_changed(servers.ready)
         self.batches_out: list[Batch] = []  # acknowledged, in order
         self._emitted: dict[int, Batch] = {}  # emitted, awaiting acknowledgement
         self._tasks: dict[AttemptKey, asyncio.Task[None]] = {}
@@ -213,12 +223,16 @@ class CollectionDriver:
         try:
             async with asyncio.TaskGroup() as tg:
                 follow = None if self.capacity is None else tg.create_task(
-                    self._follow_capacity(self.capacity), name="rollbank-capacity")
+                    self._follow(self.capacity.watch(), self.scheduler.on_capacity),
+                    name="rollbank-capacity")
+                joins = None if self.servers is None else tg.create_task(
+                    self._follow(self.servers.watch(), self._servers_changed), name="rollbank-servers")
                 try:
                     await self._loop(tg, out)
                 finally:
-                    if follow is not None:
-                        follow.cancel()
+                    for t in (follow, joins):
+                        if t is not None:
+                            t.cancel()
                     self._abort_all()  # settling (and returning batches) is batches()'s job
                     self._flush_events()
         except Exception as exc:  # hand the failure to the consumer, which re-raises it
@@ -245,12 +259,13 @@ class CollectionDriver:
                 await out.put(batch)
             if self.scheduler.done:
                 return
-            waiting_for_nodes = self.capacity is not None and self.scheduler.sandbox_slots == 0
+            waiting_for_nodes = ((self.capacity is not None and self.scheduler.sandbox_slots == 0)
+                                 or not self.scheduler.inference_available)
             if not self._busy() and not self._nudged and not waiting_for_nodes:
                 # nothing runs and the scheduler has nothing to launch: it cannot progress
                 raise CollectionStalledError(
                     "collection stalled: no attempt in flight and none launchable")
-            item = await self._results.get()
+            item = await self._next_result()
             if item is None:
                 self._nudged = False
                 continue
@@ -260,6 +275,16 @@ class CollectionDriver:
                 self.scheduler.on_finished(key, traj)
                 self._after_finished(tg)
 
+    async def _next_result(self) -> tuple[AttemptKey, Trajectory] | None:
+        """The next result, or None (poll again) when the scheduler's wake-up time comes."""
+        wake = self.scheduler.wake_at()
+        if wake is None:
+            return await self._results.get()
+        try:
+            return await asyncio.wait_for(self._results.get(), max(0.0, wake - self.clock.now()))
+        except TimeoutError:
+            return None
+
     def _busy(self) -> bool:
         """Work is under way that will wake the loop (attempts; a subclass adds its own)."""
         return bool(self._tasks)
@@ -267,11 +292,20 @@ class CollectionDriver:
     def _after_finished(self, tg: asyncio.TaskGroup) -> None:
         """Hook after each result reached the scheduler (the gated driver scores groups)."""
 
-    async def _follow_capacity(self, feed: CapacityFeed) -> None:
-        async for slots in feed.watch():
-            self.scheduler.on_capacity(slots)
+    async def _follow(self, changes: AsyncIterator[T], apply: Callable[[T], None]) -> None:
+        """Apply each value of a feed (sandbox slots, serving servers) as an input event."""
+        async for value in changes:
+            apply(value)
             self._flush_events()
             self._nudge()
+
+    def _servers_changed(self, servers: tuple[str, ...]) -> None:
+        """New serving servers: the router (``on_servers``) first, then the scheduler."""
+        if servers == self.scheduler.inference_servers:
+            return
+        if self.on_servers is not None:
+            self.on_servers(servers)
+        self.scheduler.on_servers(servers)
 
     def _start(self, tg: asyncio.TaskGroup, spec: AttemptSpec) -> None:
         spec = replace(spec, ctx=_Context(self, spec.key))
@@ -283,7 +317,7 @@ class CollectionDriver:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a runner bug must not crash the collector: record it
-            traj = _host_error_trajectory(spec, exc, self.clock.now())
+            traj = host_error_trajectory(spec, exc, self.clock.now())
         await self._results.put((spec.key, traj))
 
     def _abort(self, key: AttemptKey) -> None:
@@ -381,19 +415,3 @@ class CollectionDriver:
                 self.scheduler.cancel_verifier_wait(key)
             else:
                 self.scheduler.cancel_inference_wait(key, gk[1])
-
-
-def _host_error_trajectory(spec: AttemptSpec, exc: Exception, now: float) -> Trajectory:
-    return Trajectory(
-        trajectory_id=spec.attempt_id,
-        group_id=spec.group_id,
-        task_id=spec.task_id,
-        attempt=spec.slot,
-        retry=spec.retry,
-        seed=spec.seed,
-        launched_at=spec.launched_at,
-        finished_at=now,
-        outcome=EpisodeOutcome.of(
-            Reason.HOST_ERROR, error=f"{type(exc).__name__}: {exc}", where="runner"
-        ),
-    )

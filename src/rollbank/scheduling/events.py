@@ -40,6 +40,7 @@ class EventKind(StrEnum):
     WASTE = "waste"  # an attempt settled as waste (see WasteReason)
     GATED = "gated"  # the staleness gate judged a valid attempt (scheduling/gated_bank.py)
     CAPACITY = "capacity"  # the sandbox slots changed (cluster nodes joined or left)
+    SERVERS = "servers"  # the inference servers serving changed (a managed server joined)
 
 
 class WasteReason(StrEnum):
@@ -111,7 +112,8 @@ class AttemptCarried(AttemptEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class GroupEvent(Event):
-    """``group_ready`` / ``group_dropped``: ``valid`` trainable siblings out of ``size``."""
+    """``group_ready`` / ``group_dropped``: ``valid`` trainable siblings out of ``size``;
+    ``held``: a ready zero-variance group the bank holds back (dynamic sampling)."""
 
     group_id: str
     task_id: str
@@ -120,6 +122,7 @@ class GroupEvent(Event):
     valid: int
     zero_variance: bool
     why: str = ""
+    held: bool = False  # dynamic sampling: zero variance, held back until groups with variance go
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,6 +163,13 @@ class CapacityChanged(Event):
     """The sandbox slots the scheduler launches into are now ``sandbox_slots``."""
 
     sandbox_slots: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServersChanged(Event):
+    """The inference servers attempts may use are now ``servers`` (per-server slots each)."""
+
+    servers: tuple[str, ...]
 
 
 class EventSink(Protocol):

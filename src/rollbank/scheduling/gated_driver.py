@@ -24,10 +24,11 @@ Invariants
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.errors import ConfigError
+from rollbank.inference.protocol import ServerFeed
 from rollbank.sandbox.protocol import CapacityFeed
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.driver import AttemptRunner, CollectionDriver
@@ -49,11 +50,12 @@ class GatedCollectionDriver(CollectionDriver):
     def __init__(self, config: SchedulerConfig, runner: AttemptRunner, task_ids: list[str], *,
                  scorer: PolicyScorer, staleness: StalenessConfig,
                  sink: EventSink | None = None, clock: Clock | None = None,
-                 capacity: CapacityFeed | None = None) -> None:
+                 capacity: CapacityFeed | None = None, servers: ServerFeed | None = None,
+                 on_servers: Callable[[tuple[str, ...]], None] | None = None) -> None:
         clock = clock or MonotonicClock()
         scheduler = GatedScheduler(config, task_ids, clock, staleness=staleness)
         super().__init__(config, runner, task_ids, sink=sink, clock=clock, scheduler=scheduler,
-                         capacity=capacity)
+                         capacity=capacity, servers=servers, on_servers=on_servers)
         self.scorer = scorer
         self._scoring: dict[str, asyncio.Task[None]] = {}
         self.scoring_log: list[tuple[str, str, int, float, int, int]] = []
@@ -98,15 +100,19 @@ def collection_driver(config: SchedulerConfig, runner: AttemptRunner, task_ids: 
                       scorer: PolicyScorer | None = None, clients: Sequence[object] = (),
                       sink: EventSink | None = None,
                       clock: Clock | None = None,
-                      capacity: CapacityFeed | None = None) -> CollectionDriver:
+                      capacity: CapacityFeed | None = None,
+                      servers: ServerFeed | None = None,
+                      on_servers: Callable[[tuple[str, ...]], None] | None = None,
+                      ) -> CollectionDriver:
     """The gated driver when ``staleness.collection.enabled``, else the plain one.
 
     The scorer is ``scorer`` if given, else (``collection.scorer = "engine"``) an
     :class:`EngineScorer` over those of ``clients`` that can score (vLLM clients). The
-    trainer scorer needs the trainer: its caller passes a ``TrainerScorer``."""
+    trainer scorer needs the trainer: its caller passes a ``TrainerScorer``. ``servers`` /
+    ``on_servers``: managed servers still starting, see :class:`CollectionDriver`."""
     if staleness is None or not staleness.collection.enabled:
         return CollectionDriver(config, runner, task_ids, sink=sink, clock=clock,
-                                capacity=capacity)
+                                capacity=capacity, servers=servers, on_servers=on_servers)
     if scorer is None:
         field = "staleness.collection.scorer"
         if staleness.collection.scorer != "engine":
@@ -118,4 +124,5 @@ def collection_driver(config: SchedulerConfig, runner: AttemptRunner, task_ids: 
                               "(vLLM); none of the inference clients can", field=field)
         scorer = EngineScorer(able, version_retries=staleness.collection.version_retries)
     return GatedCollectionDriver(config, runner, task_ids, scorer=scorer, staleness=staleness,
-                                 sink=sink, clock=clock, capacity=capacity)
+                                 sink=sink, clock=clock, capacity=capacity, servers=servers,
+                                 on_servers=on_servers)

@@ -4,6 +4,10 @@ At most ``inference_slots_per_server`` generate calls hold a slot on one server;
 granted in priority order ``(seq, slot, retry)`` (older groups first), or first come first
 served in ``naive`` mode. Pure bookkeeping: the driver turns grants into awakened futures.
 
+The servers themselves are an input too: :meth:`InferenceSlots.on_servers` (managed servers
+that finish starting after collection began join here, ``servers`` event); with servers
+declared and none serving, nothing launches.
+
 Invariant: granted slots never exceed the limit on any server; a key waits at most once per
 server.
 """
@@ -11,7 +15,10 @@ server.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
+from rollbank.clock import Clock
+from rollbank.scheduling.events import Event, EventKind, ServersChanged
 from rollbank.scheduling.types import AttemptKey
 
 
@@ -22,6 +29,9 @@ class InferenceSlots:
     _inf_busy: dict[str, set[AttemptKey]]
     _inf_wait: dict[str, list[tuple[tuple[int, ...], AttemptKey]]]
     _arrivals: int
+    _inf_servers: tuple[str, ...] | None  # None: not declared (whatever the router names)
+    clock: Clock
+    outbox: list[Event]
 
     @property
     def naive(self) -> bool:
@@ -32,6 +42,25 @@ class InferenceSlots:
         self._inf_busy = {}
         self._inf_wait = {}
         self._arrivals = 0
+        self._inf_servers = None
+
+    def on_servers(self, servers: Sequence[str]) -> None:
+        """The inference servers serving now (each brings ``inference_slots_per_server``)."""
+        new = tuple(servers)
+        if new == self._inf_servers:
+            return
+        self._inf_servers = new
+        self.outbox.append(ServersChanged(kind=EventKind.SERVERS, t=self.clock.now(), servers=new))
+
+    @property
+    def inference_servers(self) -> tuple[str, ...] | None:
+        """The servers declared serving (None: not declared)."""
+        return self._inf_servers
+
+    @property
+    def inference_available(self) -> bool:
+        """May an attempt launch as far as inference goes (a server serves, or none declared)?"""
+        return self._inf_servers is None or bool(self._inf_servers)
 
     def request_inference(self, key: AttemptKey, server: str = "") -> bool:
         """True: granted now. False: queued; a later :meth:`release_inference` grants it."""

@@ -9,7 +9,8 @@ Rules
   attempt is settled ``retried`` and a re-run of the same slot (same seed, ``retry + 1``) is
   returned as a :class:`Retry` decision, instead of discarding the group.
 - A complete group with fewer than ``min_valid`` valid siblings is dropped (waste); a
-  zero-variance group is flagged, and dropped only if ``filter_zero_variance``.
+  zero-variance group is flagged, and dropped only if ``filter_zero_variance``, or held back
+  until released with ``dynamic_sampling`` (:mod:`rollbank.scheduling.dynamic_sampling`).
 - Advantages use valid siblings only (:mod:`rollbank.batching.advantages`).
 - :meth:`ReadyBank.take` hands out complete groups oldest-launch first, regardless of the
   order in which they completed, as batch ``k``: they are ``delivered``, not consumed.
@@ -26,15 +27,22 @@ Invariant: every launched attempt is accounted for exactly once (``consumed``, `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from rollbank.batching.advantages import grpo_advantages, is_valid, reward_of
 from rollbank.batching.batch import GroupResult
 from rollbank.clock import Clock
 from rollbank.episodes.trajectory import Trajectory
+from rollbank.scheduling.bank_records import (
+    BankDecision,
+    GroupDone,
+    GroupStatus,
+    Retry,
+    _Group,
+    _Slot,
+)
 from rollbank.scheduling.config import ReadyBankConfig
+from rollbank.scheduling.dynamic_sampling import HoldBack
 from rollbank.scheduling.events import (
     AttemptEvent,
     AttemptWaste,
@@ -46,58 +54,7 @@ from rollbank.scheduling.events import (
 from rollbank.scheduling.ledger import AttemptState, Entry, Ledger, LedgerError
 from rollbank.scheduling.types import AttemptKey
 
-
-class GroupStatus(StrEnum):
-    OPEN = "open"  # some slot not terminal
-    READY = "ready"  # complete, in the bank
-    DELIVERED = "delivered"  # handed out in a batch, awaiting the consumer's acknowledgement
-    DROPPED = "dropped"
-    ABORTED = "aborted"
-    CONSUMED = "consumed"
-
-
-@dataclass(frozen=True)
-class Retry:
-    """Re-run this slot: ``key`` is the new attempt (same group, slot and seed)."""
-
-    key: AttemptKey
-    task_id: str
-
-
-@dataclass(frozen=True)
-class GroupDone:
-    """The group became complete: ``ready`` (in the bank) or dropped with ``why``."""
-
-    group_id: str
-    ready: bool
-    why: str = ""
-
-
-BankDecision = Retry | GroupDone | None
-
-
-@dataclass(slots=True)
-class _Slot:
-    current: AttemptKey
-    result: Trajectory | None = None
-    retries: int = 0
-    terminal: bool = False
-    stale_retries: int = 0  # re-runs caused by the staleness gate (scheduling/gated_bank.py)
-
-
-@dataclass(slots=True)
-class _Group:
-    group_id: str
-    task_id: str
-    seq: int
-    launched_at: float
-    slots: list[_Slot]
-    status: GroupStatus = GroupStatus.OPEN
-    terminal: int = 0  # slots terminal so far
-    attempts: list[AttemptKey] = field(default_factory=list)  # every launched key
-    result: GroupResult | None = None
-    valid_keys: list[AttemptKey] = field(default_factory=list)  # attempts in ``result``
-    batch: int | None = None  # batch it was last delivered in
+__all__ = ["BankDecision", "GroupDone", "GroupStatus", "ReadyBank", "Retry", "_Group", "_Slot"]
 
 
 class ReadyBank:
@@ -115,6 +72,7 @@ class ReadyBank:
         self._ready: dict[str, _Group] = {}  # complete groups in the bank
         self._dirty: set[str] = set()  # groups whose status changed since the last check
         self._delivered: dict[int, list[_Group]] = {}  # batch index -> groups awaiting ack
+        self.hold = HoldBack(config.dynamic_sampling)  # zero-variance groups held back
 
     # ------------------------------------------------------------ groups
     def open_group(self, group_id: str, task_id: str, seq: int) -> list[AttemptKey]:
@@ -151,6 +109,28 @@ class ReadyBank:
     @property
     def open_count(self) -> int:
         return len(self._open)
+
+    def _held(self) -> list[GroupResult]:
+        if not self.hold.enabled:
+            return []
+        return [g.result for g in self._ready.values() if g.result and g.result.zero_variance]
+
+    def releasing(self) -> bool:
+        """May held zero-variance groups fill a batch now (always, without dynamic sampling)?"""
+        return self.hold.releasing(self._held(), open_groups=len(self._open), now=self.clock.now())
+
+    @property
+    def releasable_count(self) -> int:
+        """Ready groups a batch may take now (the held ones only once released)."""
+        return len(self._ready) if self.releasing() else len(self._ready) - len(self._held())
+
+    def release_at(self) -> float | None:
+        """Clock time the held groups' time bound falls due (None: none pending)."""
+        return None if self.releasing() else self.hold.release_at(self._held())
+
+    def extra_allowance(self) -> int:
+        """Groups the scheduler may admit beyond its pool while groups are held back."""
+        return self.hold.extra_allowance(len(self._held()))
 
     def open_groups(self) -> list[str]:
         return list(self._open)
@@ -237,6 +217,7 @@ class ReadyBank:
             for k in valid_keys:
                 self._waste(k, drop or WasteReason.GROUP_DROPPED)
             return GroupDone(group.group_id, False, why)
+        self.hold.on_complete(adv.zero_variance)
         self._set_status(group, GroupStatus.READY)
         group.valid_keys = valid_keys
         group.result = GroupResult(
@@ -248,17 +229,17 @@ class ReadyBank:
         )
         return GroupDone(group.group_id, True)
 
-    def take(self, max_groups: int, batch: int) -> list[GroupResult]:
-        """Hand out up to ``max_groups`` ready groups, oldest launch first, as batch ``batch``.
-
-        They are ``delivered``: consumed by :meth:`ack`, or back in the bank by :meth:`release`.
-        """
+    def take(self, max_groups: int, batch: int, *, release: bool = False) -> list[GroupResult]:
+        """Hand out up to ``max_groups`` ready groups, oldest launch first, as batch ``batch``
+        (dynamic sampling: groups with variance first, held ones only when released, or
+        ``release``). They are ``delivered``: consumed by :meth:`ack`, or back in the bank by
+        :meth:`release`."""
         if batch in self._delivered:
             raise LedgerError(f"batch {batch} handed out twice")
-        ready = sorted(
-            self._ready.values(),
-            key=lambda g: g.seq,
-        )[:max_groups]
+        by_id = {g.group_id: g for g in self._ready.values() if g.result is not None}
+        chosen = self.hold.choose([g.result for g in by_id.values() if g.result is not None],
+                                  max_groups, release=release or self.releasing())
+        ready = [by_id[r.group_id] for r in chosen]
         now = self.clock.now()
         out = []
         for g in ready:
@@ -393,6 +374,7 @@ class ReadyBank:
             t=self.clock.now(), group_id=group.group_id, task_id=group.task_id, seq=group.seq,
             size=len(group.slots), valid=valid,
             zero_variance=adv.zero_variance if adv is not None else False, why=why,
+            held=bool(self.hold.enabled and drop is None and adv is not None and adv.zero_variance),
         )
 
     def _attempt_event(self, kind: EventKind, key: AttemptKey) -> AttemptEvent:

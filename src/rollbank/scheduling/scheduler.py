@@ -231,6 +231,11 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         self.bank.check(full=True)
 
     # ------------------------------------------------------------ internals
+    def _pool_size(self) -> int:
+        """Groups in the pool; held zero-variance groups (dynamic sampling) leave room for
+        up to ``max_extra_groups`` replacements."""
+        return self.bank.open_count + self.bank.ready_count - self.bank.extra_allowance()
+
     def _can_create(self) -> bool:
         return self.config.max_groups is None or self._created < self.config.max_groups
 
@@ -244,9 +249,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
                 if self._can_create():
                     self._open(self._created, new=True)
             return
-        bank = self.bank
-        while (bank.open_count + bank.ready_count < cfg.pool_groups
-               and (self._requeue or self._can_create())):
+        while self._pool_size() < cfg.pool_groups and (self._requeue or self._can_create()):
             if self._requeue:
                 self._open(heapq.heappop(self._requeue), new=False)
             else:
@@ -263,6 +266,10 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         for key in self.bank.open_group(group_id, task_id, seq):
             heapq.heappush(self._queue, (key, task_id))
 
+    def wake_at(self) -> float | None:
+        """Clock time to poll again even if no result arrives (a held group's time bound)."""
+        return None if self.done else self.bank.release_at()
+
     @property
     def holding_extras(self) -> bool:
         """Extra groups' attempts were held back for contention (poll again when it ends)."""
@@ -270,7 +277,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
 
     def _extra_groups(self) -> set[str]:
         """Open groups beyond those the next batch still needs (the latest by ``seq``)."""
-        need = max(0, self.config.groups_per_batch - self.bank.ready_count)
+        need = max(0, self.config.groups_per_batch - self.bank.releasable_count)
         by_seq = sorted(self.bank.open_groups(), key=self.bank.seq_of)
         return set(by_seq[need:])
 
@@ -285,7 +292,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
                 and (self.inference_contended() or self.verifier_contended()))
         extras = self._extra_groups() if hold else set()
         seed_base, group_size, record = cfg.seed, cfg.bank.group_size, self._record
-        while queue and len(running) < slots:
+        while queue and len(running) < slots and self.inference_available:
             key, task_id = heapq.heappop(queue)
             if bank.status(key.group_id) is not GroupStatus.OPEN:
                 continue  # its group was aborted while it waited
@@ -311,7 +318,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
 
     def _batch_due(self) -> bool:
         g = self.config.groups_per_batch
-        ready = self.bank.ready_count
+        ready = self.bank.releasable_count
         open_groups = self.bank.open_count > 0
         if self.naive:
             return self._window_admitted and not open_groups
@@ -328,7 +335,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         if not self.bank.ready_count and exhausted:  # nothing left: stop without an empty batch
             self.done = True
             return
-        groups = self.bank.take(cfg.groups_per_batch, self.batch_index)
+        groups = self.bank.take(cfg.groups_per_batch, self.batch_index, release=exhausted)
         unreachable: list[Unreachable] = []
         if cfg.straggler is StragglerPolicy.ABORT:
             for gid in self.bank.open_groups():

@@ -44,7 +44,9 @@ def close_window(bank: ReadyBank, groups: Sequence[GroupResult], *, index: int,
         window_start=window_start, ready_at=now,
         complete=len(groups) == config.groups_per_batch,
         meta={"policy_version": version, "version_lag": version_lag_histogram(trajs, version),
-              "mode": config.mode.value, "straggler": config.straggler.value},
+              "mode": config.mode.value, "straggler": config.straggler.value,
+              # every complete group so far, not only this batch's (dynamic sampling holds some)
+              "groups": {"dynamic_sampling": bank.hold.enabled, **bank.hold.counts.to_dict()}},
         unreachable=tuple(unreachable),
     )
     if not record:

@@ -62,6 +62,7 @@ def campaign_config(args: argparse.Namespace, out: Path, urls: list[str], task_r
         "scheduler.sandbox_slots": args.sandbox_slots, "scheduler.inference_slots_per_server": 8,
         "scheduler.num_batches": args.batches_per_round, "scheduler.seed": seed,
         "scheduler.bank.group_size": args.group_size, "scheduler.bank.max_retries": 2,
+        "scheduler.bank.dynamic_sampling.enabled": False,
         "task_order_seed": seed, "router.policy": "round_robin",
         "inference.kind": "external", "inference.urls": urls, "inference.tokenizer": "tiny",
         "inference.calibrate": False, "metrics.live": "off", "metrics.record_episodes": True,
