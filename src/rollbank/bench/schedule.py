@@ -79,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="time the scheduler per decision with N attempts in flight (see "
       "rollbank.bench.schedule_decision; --groups, --group-size apply)")
     a("--decisions", type=int, default=20000, help="with --decision-cost: decisions timed")
+    a("--from-measured", default="", metavar="FILE.json",
+      help="simulate each arm of a measured `bench collect --engine accel-sim` JSON on its "
+      "measured inputs; simulated vs measured time per batch (rollbank.bench.schedule_measured)")
+    a("--sweep", action="store_true",
+      help="with --from-measured: re-simulate the optimized arm over G', straggler policy "
+      "and hold-extras on the same inputs (time, ratio vs naive, waste)")
 
 
 def _workload(args: argparse.Namespace, seed: int) -> TraceWorkload:
@@ -181,6 +187,10 @@ def model_description(args: argparse.Namespace) -> dict[str, Any]:
 def _main(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.task_selection import task_sequence
 
+    if args.from_measured:
+        from rollbank.bench.schedule_measured import from_measured_main
+
+        return from_measured_main(args)
     if args.decision_cost:
         from rollbank.bench.schedule_decision import decision_cost
 
