@@ -83,8 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="simulate each arm of a measured `bench collect --engine accel-sim` JSON on its "
       "measured inputs; simulated vs measured time per batch (rollbank.bench.schedule_measured)")
     a("--sweep", action="store_true",
-      help="with --from-measured: re-simulate the optimized arm over G', straggler policy "
-      "and hold-extras on the same inputs (time, ratio vs naive, waste)")
+      help="with --from-measured: re-simulate the optimized arm over G', a launch cap "
+      "and the straggler policy on the same inputs (time, ratio vs naive, waste)")
+    a("--sweep-seeds", type=int, default=1,
+      help="with --sweep: also the median and worst over this many scheduler seeds")
 
 
 def _workload(args: argparse.Namespace, seed: int) -> TraceWorkload:

@@ -12,15 +12,19 @@ error ``(simulated - measured) / measured``, launched attempts and waste.
 The inputs come from the arm's ``sim_inputs`` in FILE (written by ``bench collect`` since
 this module exists) or, for an older FILE, from the arm's output directory if it still exists.
 
-``--sweep`` (b): the optimized arm's levers re-simulated on the same inputs — G' (pool),
-straggler policy, hold-extras — each cell reporting time per batch, ratio vs the simulated
-naive arm and waste (attempts and sandbox-seconds).
+``--sweep``: the optimized arm's bank lever re-simulated on the same inputs — G' (pool), a
+launch cap (``scheduler.max_groups`` = batches x G + spare groups) and the straggler policy —
+each cell reporting time per batch, ratio vs the simulated naive arm and waste (share of
+launched attempts and of sandbox-seconds), on the measured seeds and (``--sweep-seeds N``)
+as median and worst over N scheduler seeds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -176,34 +180,85 @@ def compare(report: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-SWEEP_POOL = (1.0, 1.125, 1.25, 1.375, 1.5, 2.0)  # G'/G
+SWEEP_POOL = (1.0, 1.25, 1.5, 2.0)  # G'/G (besides "the whole capped window at once")
+SWEEP_SPARE = (None, 0.0, 0.125, 0.25, 0.375)  # launch cap: batches x G + ceil(this x G)
 SWEEP_STRAGGLER = ("carry", "abort")
 
 
-def sweep(report: dict[str, Any], arm: str = "optimized") -> list[dict[str, Any]]:
-    """The optimized arm's levers on its measured inputs, against the simulated naive arm."""
+def _cells(groups: int, batches: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for spare in SWEEP_SPARE:
+        cap = None if spare is None else batches * groups + math.ceil(spare * groups)
+        pools = {max(groups, round(r * groups)) for r in SWEEP_POOL}
+        if cap is not None:
+            pools = {p for p in pools if p < cap} | {cap}
+        for pool in sorted(pools):
+            for straggler in SWEEP_STRAGGLER:
+                out.append({"pool_groups": pool, "max_groups": cap, "straggler": straggler})
+    return out
+
+
+def sweep(report: dict[str, Any], seeds: int = 1, arm: str = "optimized") -> list[dict[str, Any]]:
+    """The optimized arm's bank lever (G', launch cap, straggler policy) on its measured
+    inputs, against the simulated naive arm on the same scheduler seed. Seed 0 is the
+    measured run's; ``seeds`` > 1 also reports the median and worst over seeds 0..seeds-1
+    (other attempt seeds, hence other plans, same costs)."""
     arms = report["arms"]
-    naive_s = simulate_arm(report, arms["naive"]["sim_inputs"])[1]["time_per_batch_s"]
     inputs = arms[arm]["sim_inputs"]
-    groups = int(inputs["scheduler"]["groups_per_batch"])
+    sched = inputs["scheduler"]
+    groups, batches = int(sched["groups_per_batch"]), int(sched["num_batches"])
+    base = int(sched.get("seed", 0))
+    naive = [simulate_arm(report, arms["naive"]["sim_inputs"], {"seed": base + k})[1]
+             for k in range(seeds)]
     rows = []
-    seen: set[tuple[int, str, bool]] = set()
-    for ratio in SWEEP_POOL:
-        pool = max(groups, round(ratio * groups))
-        for straggler in SWEEP_STRAGGLER:
-            for hold in (True, False):
-                if (pool, straggler, hold) in seen:
-                    continue
-                seen.add((pool, straggler, hold))
-                o = {"pool_groups": pool, "straggler": straggler,
-                     "hold_extras_when_contended": hold}
-                _, sim = simulate_arm(report, inputs, o)
-                rows.append({**o, "time_per_batch_s": sim["time_per_batch_s"],
-                             "ratio_vs_naive": round(sim["time_per_batch_s"] / naive_s, 3),
-                             "launched": sim["launched"], "waste": sim["waste"],
-                             "waste_share_of_launched": sim["waste_share_of_launched"],
-                             "waste_share_of_sandbox_s": sim["waste_share_of_sandbox_s"]})
+    for cell in _cells(groups, batches):
+        sims = [simulate_arm(report, inputs, {**cell, "seed": base + k})[1] for k in range(seeds)]
+        ratios = [s["time_per_batch_s"] / n["time_per_batch_s"] for s, n in zip(sims, naive,
+                                                                                   strict=True)]
+        row = {**cell, "time_per_batch_s": sims[0]["time_per_batch_s"],
+               "ratio_vs_naive": round(ratios[0], 3), "launched": sims[0]["launched"],
+               "waste_share_of_launched": sims[0]["waste_share_of_launched"],
+               "waste_share_of_sandbox_s": sims[0]["waste_share_of_sandbox_s"]}
+        if seeds > 1:
+            w = [s["waste_share_of_launched"] for s in sims]
+            ws = [s["waste_share_of_sandbox_s"] for s in sims]
+            row["over_seeds"] = {
+                "seeds": seeds, "ratio_median": round(statistics.median(ratios), 3),
+                "ratio_max": round(max(ratios), 3),
+                "waste_share_of_launched_median": round(statistics.median(w), 3),
+                "waste_share_of_launched_max": round(max(w), 3),
+                "waste_share_of_sandbox_s_median": round(statistics.median(ws), 3)}
+        rows.append(row)
     return rows
+
+
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "no_episode_budget": {"budgets": {}},
+    "no_close_cost": {"close_s": 0.0},
+    "no_turn_overhead": {"turn_overhead_s": 0.0},
+    "no_call_overhead": {"call_s": 0.0},
+    "no_setup_cost": {"setup_s": 0.0},
+    "plans_only": {"budgets": {}, "close_s": 0.0, "turn_overhead_s": 0.0, "call_s": 0.0,
+                   "setup_s": 0.0, "verify_s": 0.0},
+}
+
+
+def ablations(report: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per arm, the error with one measured input left out (what each is worth)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, arm in report.get("arms", {}).items():
+        if "error" in arm:
+            continue
+        meas = float(arm["time_per_batch_s"])
+        inputs = arm["sim_inputs"]
+        row = {}
+        for label, change in ABLATIONS.items():
+            costs = {**inputs["costs"], **{k: v for k, v in change.items() if k != "budgets"}}
+            ins = {**inputs, **({"budgets": {}} if "budgets" in change else {})}
+            _, sim = simulate_arm(report, ins, costs=ArmCosts.from_dict(costs))
+            row[label] = round((sim["time_per_batch_s"] - meas) / meas, 4)
+        out[name] = row
+    return out
 
 
 def from_measured_main(args: argparse.Namespace) -> dict[str, Any]:
@@ -214,7 +269,8 @@ def from_measured_main(args: argparse.Namespace) -> dict[str, Any]:
         "measured": str(path), "command": report.get("command"),
         "engine": report.get("engine"), "size": report.get("size"),
         **compare(report),
+        "error_without": ablations(report),
     }
     if args.sweep:
-        out["sweep"] = sweep(report)
+        out["sweep"] = sweep(report, seeds=max(1, args.sweep_seeds))
     return out
