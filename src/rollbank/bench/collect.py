@@ -279,6 +279,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
     import contextlib
 
+    from rollbank.bench.sim_inputs import collect_arm_inputs
     from rollbank.collector import collect
     from rollbank.episodes.sandboxes import open_sandboxes
     from rollbank.inference_plane import open_inference
@@ -326,32 +327,14 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
                         cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
                         out_dir=Path(cfg.output), capacity=cap, setup_s=setup)
                 report["arms"][arm] = {"levers": ARMS[arm], **_arm_report(result, setup),
-                                       "sim_inputs": _sim_inputs(args, cfg, tasks)}
+                                       "sim_inputs": collect_arm_inputs(
+                                           cfg, tasks, accel_profile=args.accelsim_profile
+                                           if args.engine == "accel-sim" else None)}
             except Exception as exc:  # one broken arm must not hide the others' numbers
                 report["arms"][arm] = {"levers": ARMS[arm], "error": f"{type(exc).__name__}: {exc}"}
     report["comparison"] = _compare(report["arms"])
     report["bench_run_s"] = round(time.monotonic() - t_bench, 1)
     return report
-
-
-def _sim_inputs(args: argparse.Namespace, cfg: Any, tasks: Sequence[Any]) -> dict[str, Any]:
-    """What `bench schedule --from-measured` needs of this arm (rollbank.bench.sim_inputs)."""
-    from rollbank.bench.sim_inputs import arm_inputs
-    from rollbank.task_selection import task_sequence
-
-    accel = None
-    if args.engine == "accel-sim":
-        from rollbank.bench.accelsim.profile import load_profile
-
-        accel = load_profile(args.accelsim_profile)
-    budgets = {t.task_id: t.agent_timeout_s for t in tasks} \
-        if cfg.runner.episode_budget_s is None else {}
-    try:  # a by-product: never the arm's numbers
-        return arm_inputs(Path(cfg.output), task_ids=task_sequence(tasks, cfg.task_order_seed),
-                          verifier_slots=cfg.runner.verifier_slots or os.cpu_count(),
-                          accel_profile=accel, budgets=budgets)
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def parse_arms(text: str) -> list[str]:

@@ -23,6 +23,7 @@ simulator's :class:`~rollbank.scheduling.sim_model.LatencyProfile` at a given co
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -164,3 +165,25 @@ def arm_inputs(out_dir: Path, *, task_ids: Sequence[str] | None = None,
             "workload": wcfg.model_dump(mode="json"), "task_ids": list(task_ids),
             "budgets": dict(budgets or {}),
             "costs": costs.to_dict(), "plan_check": check}
+
+
+def collect_arm_inputs(cfg: Any, tasks: Sequence[Any], *,
+                       accel_profile: str | None = None) -> dict[str, Any]:
+    """:func:`arm_inputs` of a ``bench collect`` arm just run with config ``cfg`` on
+    ``tasks`` (``accel_profile``: the accelsim profile name, if any); a failure is reported
+    in the dict, never raised (the arm's numbers stand without it)."""
+    from rollbank.task_selection import task_sequence
+
+    try:
+        accel = None
+        if accel_profile:
+            from rollbank.bench.accelsim.profile import load_profile
+
+            accel = load_profile(accel_profile)
+        budgets = {t.task_id: t.agent_timeout_s for t in tasks} \
+            if cfg.runner.episode_budget_s is None else {}
+        return arm_inputs(Path(cfg.output), task_ids=task_sequence(tasks, cfg.task_order_seed),
+                          verifier_slots=cfg.runner.verifier_slots or os.cpu_count(),
+                          accel_profile=accel, budgets=budgets)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
