@@ -139,3 +139,20 @@ def test_from_measured_flag_is_wired() -> None:
     add_arguments(p)
     a = p.parse_args(["--from-measured", "x.json", "--sweep"])
     assert (a.from_measured, a.sweep) == ("x.json", True)
+
+
+def test_verifier_slot_wait_is_not_a_cost_only_the_gap_low_end_and_the_tail_are() -> None:
+    w = TraceWorkload(WorkloadConfig.model_validate(WL))
+    recs = []
+    for s in range(10):
+        r = _record(w, "t", s, setup=0.5, over=0.0, call=0.0, verify=2.0, close=0.0,
+                    decode=0.01)
+        last = 100.0
+        wait = 0.1 + 10.0 * s  # 0.1 s to close the shell, then s x 10 s waiting for a slot
+        r["spans"] = [{"kind": "exec", "start": 90.0, "end": last},
+                      {"kind": "verify", "start": last + wait, "end": last + wait + 2.0}]
+        r["timings"]["finished_at"] = last + wait + 2.0 + 0.7  # teardown + record after it
+        recs.append(r)
+    costs, _ = costs_from_episodes(recs, w, LatencyProfile("p", decode_s_per_token=0.01))
+    assert costs.close_s == pytest.approx(0.7 + 0.1)  # not the median gap (45 s)
+    assert costs.verify_s == pytest.approx(2.0)

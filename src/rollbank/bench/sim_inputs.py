@@ -11,9 +11,11 @@ attempt. :func:`arm_inputs` turns them into the simulator's model inputs for tha
 - :class:`ArmCosts`, the per-attempt costs the plan does not say, each the median over the
   arm's finished attempts: sandbox set-up (a fresh start from cached layers, or a fork), the
   round trip a command adds to its planned ``sleep``, what a generate call takes beyond the
-  engine profile's prefill + decode (HTTP, tokenisation), the verifier run, and the tail of
-  an episode outside all of those (closing the shell, tearing the sandbox down, the episode
-  record), plus prompt and observation sizes for the prefix-cache model;
+  engine profile's prefill + decode (HTTP, tokenisation), the verifier run, and the rest of an
+  episode outside the verifier slot (closing the shell before the verifier: the low end of
+  that gap, the rest being the wait for a verifier slot the simulator models itself; tearing
+  the sandbox down and the episode record after it), plus prompt and observation sizes for
+  the prefix-cache model;
 - a plan check: how many finished attempts ran exactly the planned sleeps.
 
 :func:`sim_profile` maps an accelsim latency profile (``rollbank.bench.accelsim``) onto the
@@ -42,7 +44,7 @@ class ArmCosts:
     turn_overhead_s: float = 0.05  # a command's round trip beyond its planned sleep
     call_s: float = 0.0  # a generate call beyond the profile's prefill + decode
     verify_s: float = 0.3  # the verifier run (inside a verifier slot)
-    close_s: float = 1.0  # after the last turn, outside the verifier: close, teardown, record
+    close_s: float = 1.0  # outside the verifier and its slot wait: close, teardown, record
     prompt_tokens: int = 512  # the task prompt (turn 0, shared by the group)
     obs_tokens: int = 24  # new tokens per later turn (observation + template)
 
@@ -76,6 +78,26 @@ def _median(xs: Iterable[float], default: float) -> float:
     return statistics.median(vals) if vals else default
 
 
+def _low(xs: list[float]) -> float:
+    """The 10th percentile (0 for none): the gap before the verifier without a slot wait."""
+    return sorted(xs)[len(xs) // 10] if xs else 0.0
+
+
+def _around_verifier(spans: Sequence[dict[str, Any]],
+                     finished_at: float) -> tuple[float, float] | None:
+    """(gap from the last sandbox/inference span to the verifier's start, time after the
+    verifier to the end of the attempt), from an episode's spans; None without a verify span.
+    The gap is closing the shell plus the wait for a verifier slot, which the simulator
+    models itself: only its low end is a cost (:func:`_low`)."""
+    ver = [x for x in spans if x.get("kind") == "verify"]
+    work = [float(x["end"]) for x in spans
+            if x.get("kind") in ("sandbox_setup", "inference", "exec")]
+    if not ver or not work:
+        return None
+    start, end = float(ver[0]["start"]), float(ver[-1]["end"])
+    return max(0.0, start - max(work)), max(0.0, finished_at - end)
+
+
 def _episodes(out_dir: Path) -> list[dict[str, Any]]:
     folder = out_dir / "episodes"
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] \
@@ -98,6 +120,7 @@ def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorklo
     (finished attempts, how many ran their plan's sleeps exactly). ``profile`` has
     ``call_s = 0``: the call overhead is what the measured calls took beyond it."""
     setup, verify, close, overhead, call, prompt, obs = [], [], [], [], [], [], []
+    pre_verify: list[float] = []
     matched = 0
     for r in records:
         t, steps = r.get("timings", {}), r.get("steps", [])
@@ -111,9 +134,14 @@ def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorklo
             matched += 1
         setup.append(float(t.get("sandbox_setup_s", 0.0)))
         verify.append(float(t.get("verify_s", 0.0)))
-        dur = float(t["finished_at"]) - float(t["launched_at"])
-        close.append(dur - sum(float(t.get(k, 0.0)) for k in
-                               ("sandbox_setup_s", "inference_s", "tool_s", "verify_s")))
+        split = _around_verifier(r.get("spans") or [], float(t["finished_at"]))
+        if split is not None:
+            pre_verify.append(split[0])
+            close.append(split[1])
+        else:  # no spans: everything the timings leave out (a verifier wait included)
+            dur = float(t["finished_at"]) - float(t["launched_at"])
+            close.append(dur - sum(float(t.get(k, 0.0)) for k in
+                                   ("sandbox_setup_s", "inference_s", "tool_s", "verify_s")))
         if all(sl is not None for sl in sleeps):  # the tool span beyond the planned sleeps
             overhead.append((float(t.get("tool_s", 0.0)) - sum(sl or 0.0 for sl in sleeps))
                             / len(steps))
@@ -130,7 +158,7 @@ def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorklo
     costs = ArmCosts(
         setup_s=_median(setup, d.setup_s), turn_overhead_s=max(0.0, _median(overhead, 0.0)),
         call_s=max(0.0, _median(call, 0.0)), verify_s=_median(verify, d.verify_s),
-        close_s=max(0.0, _median(close, d.close_s)),
+        close_s=max(0.0, _median(close, d.close_s) + _low(pre_verify)),
         prompt_tokens=round(_median(prompt, d.prompt_tokens)),
         obs_tokens=round(_median(obs, d.obs_tokens)))
     return costs, {"finished": len(setup), "ran_planned_sleeps": matched}
