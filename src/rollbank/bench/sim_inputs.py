@@ -80,7 +80,7 @@ def _median(xs: Iterable[float], default: float) -> float:
 
 def _low(xs: list[float]) -> float:
     """The 10th percentile (0 for none): the gap before the verifier without a slot wait."""
-    return sorted(xs)[len(xs) // 10] if xs else 0.0
+    return sorted(xs)[(len(xs) - 1) // 10] if xs else 0.0
 
 
 def _around_verifier(spans: Sequence[dict[str, Any]],
