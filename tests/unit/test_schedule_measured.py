@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rollbank.bench.schedule_measured import budgeted, compare, episode_model, simulate_arm
-from rollbank.bench.sim_inputs import ArmCosts, costs_from_episodes, sim_profile
+from rollbank.bench.sim_inputs import ArmCosts, costs_from_episodes, free_time, sim_profile
 from rollbank.episodes.workload import TraceWorkload, WorkloadConfig
 from rollbank.scheduling.sim_model import LatencyProfile
 from rollbank.scheduling.types import AttemptKey, AttemptSpec
@@ -80,16 +80,20 @@ def _spec(task: str, seed: int) -> AttemptSpec:
 
 def test_episode_model_adds_measured_costs_to_the_plan_under_the_budget() -> None:
     w = TraceWorkload(WorkloadConfig.model_validate(WL))
-    plan = w.plan("t", 3)
+    plan = w.plan("t", 0)  # 5 turns
     costs = ArmCosts(setup_s=0.4, turn_overhead_s=0.1, verify_s=0.3, close_s=1.0)
     inputs = {"workload": WL, "budgets": {}}
-    ep = episode_model(inputs, costs)(_spec("t", 3))
+    ep = episode_model(inputs, costs)(_spec("t", 0))
     assert ep.duration_s == 0.4 and ep.verify_s == 0.3 and len(ep.turns) == len(plan.turns)
     assert sum(t.tool_s for t in ep.turns) == pytest.approx(
         plan.tool_s + 0.1 * len(plan.turns) + 1.0)  # close after the last turn
     first = plan.turns[0].tool_s
-    cut = episode_model({**inputs, "budgets": {"t": first / 2}}, costs)(_spec("t", 3))
-    assert [t.tool_s for t in cut.turns] == pytest.approx([first / 2 + 0.1 + 1.0])
+    cut = episode_model({**inputs, "budgets": {"t": first / 2}}, costs)(_spec("t", 0))
+    assert [t.tool_s for t in cut.turns] == pytest.approx([first / 2 + 1.0])
+    # the budget counts the command's round trip too: 2 turns' sleeps + overheads
+    two = plan.turns[0].tool_s + plan.turns[1].tool_s + 0.2
+    cut2 = episode_model({**inputs, "budgets": {"t": two}}, costs)(_spec("t", 0))
+    assert len(cut2.turns) == 2 and sum(t.tool_s for t in cut2.turns) == pytest.approx(two + 1.0)
 
 
 def _report(measured_s: float, costs: ArmCosts) -> dict[str, Any]:
@@ -141,18 +145,26 @@ def test_from_measured_flag_is_wired() -> None:
     assert (a.from_measured, a.sweep) == ("x.json", True)
 
 
-def test_verifier_slot_wait_is_not_a_cost_only_the_gap_low_end_and_the_tail_are() -> None:
+def test_free_time_counts_only_where_a_verifier_slot_was_free() -> None:
+    busy = [(0.0, 10.0), (5.0, 20.0)]
+    assert free_time(0.0, 30.0, busy, 2) == pytest.approx(25.0)  # both busy only 5-10
+    assert free_time(0.0, 30.0, busy, 1) == pytest.approx(10.0)  # 20-30 free
+    assert free_time(6.0, 9.0, busy, 2) == 0.0
+    assert free_time(9.0, 6.0, busy, 2) == 0.0
+
+
+def test_verifier_slot_wait_is_not_a_cost_only_free_gap_time_and_the_tail_are() -> None:
     w = TraceWorkload(WorkloadConfig.model_validate(WL))
     recs = []
-    for s in range(10):
+    for s in range(5):  # all end their turns at 100 s; one verifier slot, 2 s per run
         r = _record(w, "t", s, setup=0.5, over=0.0, call=0.0, verify=2.0, close=0.0,
                     decode=0.01)
-        last = 100.0
-        wait = 0.1 + 10.0 * s  # 0.1 s to close the shell, then s x 10 s waiting for a slot
-        r["spans"] = [{"kind": "exec", "start": 90.0, "end": last},
-                      {"kind": "verify", "start": last + wait, "end": last + wait + 2.0}]
-        r["timings"]["finished_at"] = last + wait + 2.0 + 0.7  # teardown + record after it
+        start = 100.1 + 2.0 * s  # 0.1 s to close the shell, then the queue for the slot
+        r["spans"] = [{"kind": "exec", "start": 90.0, "end": 100.0},
+                      {"kind": "verify", "start": start, "end": start + 2.0}]
+        r["timings"]["finished_at"] = start + 2.0 + 0.7  # teardown + record after it
         recs.append(r)
-    costs, _ = costs_from_episodes(recs, w, LatencyProfile("p", decode_s_per_token=0.01))
-    assert costs.close_s == pytest.approx(0.7 + 0.1)  # not the median gap (45 s)
+    costs, _ = costs_from_episodes(recs, w, LatencyProfile("p", decode_s_per_token=0.01),
+                                   verifier_slots=1)
+    assert costs.close_s == pytest.approx(0.1 + 0.7)  # not 0.7 + the median gap (4.1 s)
     assert costs.verify_s == pytest.approx(2.0)

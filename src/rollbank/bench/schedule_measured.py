@@ -104,14 +104,15 @@ def episode_model(inputs: dict[str, Any], costs: ArmCosts) -> Any:
         key = (spec.task_id, spec.seed)
         ep = memo.get(key)
         if ep is None:
-            tools = budgeted([t.tool_s for t in w.plan(spec.task_id, spec.seed).turns],
+            plan = w.plan(spec.task_id, spec.seed).turns
+            # the budget counts a command's whole billed time, its round trip included
+            tools = budgeted([t.tool_s + costs.turn_overhead_s for t in plan],
                              budgets.get(spec.task_id))
-            plan = w.plan(spec.task_id, spec.seed).turns[:len(tools)]
             last = len(tools) - 1
             turns = tuple(
                 SimTurn(costs.obs_tokens if k else costs.prompt_tokens, t.tokens,
-                        tool + costs.turn_overhead_s + (costs.close_s if k == last else 0.0))
-                for k, (t, tool) in enumerate(zip(plan, tools, strict=True)))
+                        tool + (costs.close_s if k == last else 0.0))
+                for k, (t, tool) in enumerate(zip(plan[:len(tools)], tools, strict=True)))
             ep = memo[key] = SimEpisode(costs.setup_s, turns=turns, verify_s=costs.verify_s)
         return ep
 

@@ -12,10 +12,10 @@ attempt. :func:`arm_inputs` turns them into the simulator's model inputs for tha
   arm's finished attempts: sandbox set-up (a fresh start from cached layers, or a fork), the
   round trip a command adds to its planned ``sleep``, what a generate call takes beyond the
   engine profile's prefill + decode (HTTP, tokenisation), the verifier run, and the rest of an
-  episode outside the verifier slot (closing the shell before the verifier: the low end of
-  that gap, the rest being the wait for a verifier slot the simulator models itself; tearing
-  the sandbox down and the episode record after it), plus prompt and observation sizes for
-  the prefix-cache model;
+  episode outside the verifier slot (closing the shell before the verifier — the part of that
+  gap when a verifier slot was free, the rest being the slot wait the simulator models itself,
+  reconstructed from every attempt's verifier span — then tearing the sandbox down and the
+  episode record), plus prompt and observation sizes for the prefix-cache model;
 - a plan check: how many finished attempts ran exactly the planned sleeps.
 
 :func:`sim_profile` maps an accelsim latency profile (``rollbank.bench.accelsim``) onto the
@@ -24,6 +24,7 @@ simulator's :class:`~rollbank.scheduling.sim_model.LatencyProfile` at a given co
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -78,24 +79,35 @@ def _median(xs: Iterable[float], default: float) -> float:
     return statistics.median(vals) if vals else default
 
 
-def _low(xs: list[float]) -> float:
-    """The 10th percentile (0 for none): the gap before the verifier without a slot wait."""
-    return sorted(xs)[(len(xs) - 1) // 10] if xs else 0.0
+def free_time(start: float, end: float, busy: Sequence[tuple[float, float]],
+              slots: int) -> float:
+    """Seconds of ``[start, end]`` during which fewer than ``slots`` of the ``busy``
+    intervals (verifier runs) were active: time an attempt waiting there was not waiting
+    for a verifier slot."""
+    if end <= start:
+        return 0.0
+    cuts = sorted({start, end, *(x for iv in busy for x in iv if start < x < end)})
+    free = 0.0
+    for a, b in itertools.pairwise(cuts):
+        mid = (a + b) / 2
+        if sum(1 for s, e in busy if s <= mid < e) < slots:
+            free += b - a
+    return free
 
 
 def _around_verifier(spans: Sequence[dict[str, Any]],
-                     finished_at: float) -> tuple[float, float] | None:
-    """(gap from the last sandbox/inference span to the verifier's start, time after the
+                     finished_at: float) -> tuple[float, float, float] | None:
+    """(end of the last sandbox/inference span, the verifier's start, time after the
     verifier to the end of the attempt), from an episode's spans; None without a verify span.
     The gap is closing the shell plus the wait for a verifier slot, which the simulator
-    models itself: only its low end is a cost (:func:`_low`)."""
+    models itself (:func:`free_time` separates them)."""
     ver = [x for x in spans if x.get("kind") == "verify"]
     work = [float(x["end"]) for x in spans
             if x.get("kind") in ("sandbox_setup", "inference", "exec")]
     if not ver or not work:
         return None
     start, end = float(ver[0]["start"]), float(ver[-1]["end"])
-    return max(0.0, start - max(work)), max(0.0, finished_at - end)
+    return max(work), start, max(0.0, finished_at - end)
 
 
 def _episodes(out_dir: Path) -> list[dict[str, Any]]:
@@ -115,12 +127,14 @@ def _planned_sleep(action: str) -> float | None:
 
 
 def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorkload,
-                        profile: LatencyProfile) -> tuple[ArmCosts, dict[str, int]]:
+                        profile: LatencyProfile,
+                        verifier_slots: int = 2) -> tuple[ArmCosts, dict[str, int]]:
     """:class:`ArmCosts` from episode records (``rollbank.episode/1``) and the plan check
     (finished attempts, how many ran their plan's sleeps exactly). ``profile`` has
     ``call_s = 0``: the call overhead is what the measured calls took beyond it."""
     setup, verify, close, overhead, call, prompt, obs = [], [], [], [], [], [], []
-    pre_verify: list[float] = []
+    busy = [(float(x["start"]), float(x["end"])) for r in records
+            for x in r.get("spans") or [] if x.get("kind") == "verify"]
     matched = 0
     for r in records:
         t, steps = r.get("timings", {}), r.get("steps", [])
@@ -136,8 +150,7 @@ def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorklo
         verify.append(float(t.get("verify_s", 0.0)))
         split = _around_verifier(r.get("spans") or [], float(t["finished_at"]))
         if split is not None:
-            pre_verify.append(split[0])
-            close.append(split[1])
+            close.append(free_time(split[0], split[1], busy, verifier_slots) + split[2])
         else:  # no spans: everything the timings leave out (a verifier wait included)
             dur = float(t["finished_at"]) - float(t["launched_at"])
             close.append(dur - sum(float(t.get(k, 0.0)) for k in
@@ -158,7 +171,7 @@ def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorklo
     costs = ArmCosts(
         setup_s=_median(setup, d.setup_s), turn_overhead_s=max(0.0, _median(overhead, 0.0)),
         call_s=max(0.0, _median(call, 0.0)), verify_s=_median(verify, d.verify_s),
-        close_s=max(0.0, _median(close, d.close_s) + _low(pre_verify)),
+        close_s=max(0.0, _median(close, d.close_s)),
         prompt_tokens=round(_median(prompt, d.prompt_tokens)),
         obs_tokens=round(_median(obs, d.obs_tokens)))
     return costs, {"finished": len(setup), "ran_planned_sleeps": matched}
@@ -188,7 +201,7 @@ def arm_inputs(out_dir: Path, *, task_ids: Sequence[str] | None = None,
     prompt = _median((float(r.get("tokens", {}).get("prompt_len") or 0) for r in records), 512.0)
     base = sim_profile(accel_profile, context_tokens=round(prompt)) if accel_profile is not None \
         else LatencyProfile()
-    costs, check = costs_from_episodes(records, TraceWorkload(wcfg), base)
+    costs, check = costs_from_episodes(records, TraceWorkload(wcfg), base, int(slots))
     return {"scheduler": {**sched, "verifier_slots": int(slots)},
             "workload": wcfg.model_dump(mode="json"), "task_ids": list(task_ids),
             "budgets": dict(budgets or {}),
