@@ -11,7 +11,8 @@ seeds, the same sandbox slots and inference slots per server. Arms:
 - ``routing``: naive + cache-aware routing.
 - ``sandboxes``: naive + warm snapshot/fork sandboxes.
 - ``bank``: naive + ready bank (G' > G over-provisioning, straggler policy ``carry``, infra
-  retries in the sibling slot).
+  retries in the sibling slot; with accel-sim by default the window's groups plus ceil(G/4)
+  spare ones launched at once and no more, see :func:`bank_lever`).
 - ``optimized``: all three levers.
 - ``naive_rebuild`` (only when asked for with ``--arms``): naive with the environment layers
   rebuilt in a private cache per episode (a ``docker build`` per episode), a separately
@@ -25,7 +26,9 @@ the accelerator regime. Everything else (sandboxes, verifiers, router, scheduler
 The time of an arm is from its first launch until ``--batches`` batches of G complete groups
 are handed over, divided by the number of batches (the multi-batch window); over-provisioned
 work still running or unconsumed when the window closes is counted as waste (sandbox-slot
-seconds), never hidden. Each arm reports its lower bound T_LB (same calibrated capacity),
+seconds), never hidden. Each arm also carries ``sim_inputs`` (its measured per-attempt costs,
+task sequence, budgets and scheduler config) for ``rollbank bench schedule --from-measured``.
+Each arm reports its lower bound T_LB (same calibrated capacity),
 efficiency T_LB/T, tail share, outcomes, waste and the accepted-vs-pool profile.
 """
 
