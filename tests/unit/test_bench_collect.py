@@ -112,18 +112,20 @@ def test_workload_choice_reaches_every_arm() -> None:
 def test_bank_lever_defaults_per_engine_launch_cap_and_pool() -> None:
     from rollbank.bench.collect import bank_lever
 
-    # accel-sim: the window's groups plus ceil(G/4) spare, all launched at once
+    # accel-sim: G' = 2 G, launches capped at the window's groups plus ceil(G/4) spare
     a = args("--engine", "accel-sim", "--groups", "8", "--batches", "2")
-    assert bank_lever(a) == (18, 18)
+    assert bank_lever(a) == (16, 18)
     opt, naive = arm_config(a, "optimized").scheduler, arm_config(a, "naive").scheduler
-    assert (opt.pool_groups, opt.max_groups) == (18, 18)
+    assert (opt.pool_groups, opt.max_groups) == (16, 18)
     assert (naive.pool_groups, naive.max_groups) == (8, None)  # the baseline is untouched
-    assert bank_lever(args("--engine", "accel-sim", "--groups", "32", "--batches", "2")) == (72, 72)
+    assert bank_lever(args("--engine", "accel-sim", "--groups", "32", "--batches", "2")) == (64, 72)
+    # one batch: G' never above the cap
+    assert bank_lever(args("--engine", "accel-sim", "--groups", "8", "--batches", "1")) == (10, 10)
     # explicit settings win; -1: no cap
     assert bank_lever(args("--engine", "accel-sim", "--groups", "8", "--pool-groups", "12",
                            "--spare-groups", "-1")) == (12, None)
     assert bank_lever(args("--engine", "accel-sim", "--groups", "8", "--spare-groups", "1",
-                           "--batches", "3")) == (25, 25)
+                           "--batches", "3")) == (16, 25)
     # the CPU regime keeps its defaults
     assert bank_lever(args()) == (48, None)
     assert bank_lever(args("--groups", "8", "--spare-groups", "2", "--batches", "2")) == (48, 18)
