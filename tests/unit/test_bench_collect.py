@@ -107,3 +107,25 @@ def test_workload_choice_reaches_every_arm() -> None:
         assert c.workload.tool_latency_median_s == 0.5 and c.runner.max_model_len == 4096
     model = arm_config(args("--workload", "model", "--max-turns", "4"), "optimized")
     assert model.workload.kind == "model" and model.runner.max_turns == 4
+
+
+def test_bank_lever_defaults_per_engine_launch_cap_and_pool() -> None:
+    from rollbank.bench.collect import bank_lever
+
+    # accel-sim: G' = 2 G, launches capped at the window's groups plus ceil(G/4) spare
+    a = args("--engine", "accel-sim", "--groups", "8", "--batches", "2")
+    assert bank_lever(a) == (16, 18)
+    opt, naive = arm_config(a, "optimized").scheduler, arm_config(a, "naive").scheduler
+    assert (opt.pool_groups, opt.max_groups) == (16, 18)
+    assert (naive.pool_groups, naive.max_groups) == (8, None)  # the baseline is untouched
+    assert bank_lever(args("--engine", "accel-sim", "--groups", "32", "--batches", "2")) == (64, 72)
+    # one batch: G' never above the cap
+    assert bank_lever(args("--engine", "accel-sim", "--groups", "8", "--batches", "1")) == (10, 10)
+    # explicit settings win; -1: no cap
+    assert bank_lever(args("--engine", "accel-sim", "--groups", "8", "--pool-groups", "12",
+                           "--spare-groups", "-1")) == (12, None)
+    assert bank_lever(args("--engine", "accel-sim", "--groups", "8", "--spare-groups", "1",
+                           "--batches", "3")) == (16, 25)
+    # the CPU regime keeps its defaults
+    assert bank_lever(args()) == (48, None)
+    assert bank_lever(args("--groups", "8", "--spare-groups", "2", "--batches", "2")) == (48, 18)

@@ -11,7 +11,8 @@ seeds, the same sandbox slots and inference slots per server. Arms:
 - ``routing``: naive + cache-aware routing.
 - ``sandboxes``: naive + warm snapshot/fork sandboxes.
 - ``bank``: naive + ready bank (G' > G over-provisioning, straggler policy ``carry``, infra
-  retries in the sibling slot).
+  retries in the sibling slot; with accel-sim by default G' = 2 G and no more than the
+  window's groups plus ceil(G/4) spare ones launched, see :func:`bank_lever`).
 - ``optimized``: all three levers.
 - ``naive_rebuild`` (only when asked for with ``--arms``): naive with the environment layers
   rebuilt in a private cache per episode (a ``docker build`` per episode), a separately
@@ -25,7 +26,9 @@ the accelerator regime. Everything else (sandboxes, verifiers, router, scheduler
 The time of an arm is from its first launch until ``--batches`` batches of G complete groups
 are handed over, divided by the number of batches (the multi-batch window); over-provisioned
 work still running or unconsumed when the window closes is counted as waste (sandbox-slot
-seconds), never hidden. Each arm reports its lower bound T_LB (same calibrated capacity),
+seconds), never hidden. Each arm also carries ``sim_inputs`` (its measured per-attempt costs,
+task sequence, budgets and scheduler config) for ``rollbank bench schedule --from-measured``.
+Each arm reports its lower bound T_LB (same calibrated capacity),
 efficiency T_LB/T, tail share, outcomes, waste and the accepted-vs-pool profile.
 """
 
@@ -65,7 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--num-servers", type=int, default=2, help="managed vLLM servers (same for every arm)")
     a("--groups", type=int, default=32, help="G: complete groups per batch")
     a("--group-size", type=int, default=8, help="n: siblings per group")
-    a("--pool-groups", type=int, default=48, help="G' for the over-provisioning lever")
+    a("--pool-groups", type=int, default=None,
+      help="G' for the over-provisioning lever (default: 48 with --engine vllm, 2 G with "
+      "accel-sim)")
+    a("--spare-groups", type=int, default=None,
+      help="bank lever: launch at most batches x G + this many groups (scheduler.max_groups; "
+      "-1: no cap). Default: ceil(G/4) with --engine accel-sim (chosen with `bench schedule "
+      "--from-measured --sweep`), no cap with vllm")
     a("--batches", type=int, default=2, help="batches per arm (the measurement window)")
     a("--sandbox-slots", type=int, default=256, help="sandboxes at once (every arm)")
     a("--inference-slots", type=int, default=32, help="requests in flight per server (every arm)")
@@ -144,7 +153,8 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "workload.kind": args.workload,
         "scheduler.mode": "optimized" if lv["bank"] else "naive",
         "scheduler.groups_per_batch": args.groups,
-        "scheduler.pool_groups": args.pool_groups if lv["bank"] else args.groups,
+        "scheduler.pool_groups": bank_lever(args)[0] if lv["bank"] else args.groups,
+        "scheduler.max_groups": bank_lever(args)[1] if lv["bank"] else None,
         "scheduler.straggler": "carry" if lv["bank"] else "wait",
         "scheduler.sandbox_slots": args.sandbox_slots,
         "scheduler.inference_slots_per_server": args.inference_slots,
@@ -172,6 +182,26 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         o["runner.episode_budget_s"] = None
     o.update({f"workload.{k}": v for k, v in trace_overrides(args).items()})
     return load_collect_config(None, o)
+
+
+def bank_lever(args: argparse.Namespace) -> tuple[int, int | None]:
+    """(G', launch cap) of the bank arms. With accel-sim by default G' = 2 G and at most the
+    window's groups plus ceil(G/4) spare ones launched (``scheduler.max_groups``). Simulated on
+    the measured inputs of two runs (docs/measurements/schedule-from-measured-*-simfit.json):
+    quiet host, median over 8 seeds 0.46x naive with 11% of launched attempts (15% of
+    sandbox-seconds) wasted, against 0.58x and 20% (23%) for the old G' = 1.5 G uncapped;
+    launching the whole capped window at once (G' = cap) was faster there (0.42x) but on the
+    loaded, verifier-bound run it launched every group before the contention that holds
+    extras back showed, wasting 19% of sandbox-seconds for no gain (0.4% with G' = 2 G)."""
+    accel = getattr(args, "engine", "vllm") == "accel-sim"
+    spare = args.spare_groups
+    if spare is None:
+        spare = -(-args.groups // 4) if accel else -1
+    cap = args.batches * args.groups + spare if spare >= 0 else None
+    pool = args.pool_groups
+    if pool is None:
+        pool = min(2 * args.groups, cap) if accel and cap is not None else 48
+    return max(pool, args.groups), cap
 
 
 def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
@@ -258,6 +288,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
     import contextlib
 
+    from rollbank.bench.sim_inputs import collect_arm_inputs
     from rollbank.collector import collect
     from rollbank.episodes.sandboxes import open_sandboxes
     from rollbank.inference_plane import open_inference
@@ -273,7 +304,8 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "collect",
         "size": {"groups": args.groups, "group_size": args.group_size,
                  "trajectories_per_batch": args.groups * args.group_size,
-                 "pool_groups_bank_lever": args.pool_groups, "batches": args.batches},
+                 "pool_groups_bank_lever": bank_lever(args)[0],
+                 "max_groups_bank_lever": bank_lever(args)[1], "batches": args.batches},
         "model": args.model, "servers": args.num_servers, "tasks": len(tasks),
         "excluded_costs": first.exclude_costs,
         "capacity_per_arm": {"sandbox_slots": args.sandbox_slots,
@@ -303,7 +335,10 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
                     result = await collect(
                         cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
                         out_dir=Path(cfg.output), capacity=cap, setup_s=setup)
-                report["arms"][arm] = {"levers": ARMS[arm], **_arm_report(result, setup)}
+                report["arms"][arm] = {"levers": ARMS[arm], **_arm_report(result, setup),
+                                       "sim_inputs": collect_arm_inputs(
+                                           cfg, tasks, accel_profile=args.accelsim_profile
+                                           if args.engine == "accel-sim" else None)}
             except Exception as exc:  # one broken arm must not hide the others' numbers
                 report["arms"][arm] = {"levers": ARMS[arm], "error": f"{type(exc).__name__}: {exc}"}
     report["comparison"] = _compare(report["arms"])

@@ -82,6 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="time the scheduler per decision with N attempts in flight (see "
       "rollbank.bench.schedule_decision; --groups, --group-size apply)")
     a("--decisions", type=int, default=20000, help="with --decision-cost: decisions timed")
+    a("--from-measured", default="", metavar="FILE.json",
+      help="simulate each arm of a measured `bench collect --engine accel-sim` JSON on its "
+      "measured inputs; simulated vs measured time per batch (rollbank.bench.schedule_measured)")
+    a("--sweep", action="store_true",
+      help="with --from-measured: re-simulate the optimized arm over G', a launch cap "
+      "and the straggler policy on the same inputs (time, ratio vs naive, waste)")
+    a("--sweep-seeds", type=int, default=1,
+      help="with --sweep: also the median and worst over this many scheduler seeds")
 
 
 def _workload(args: argparse.Namespace, seed: int) -> TraceWorkload:
@@ -184,6 +192,10 @@ def model_description(args: argparse.Namespace) -> dict[str, Any]:
 def _main(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.task_selection import task_sequence
 
+    if args.from_measured:
+        from rollbank.bench.schedule_measured import from_measured_main
+
+        return from_measured_main(args)
     if args.decision_cost:
         from rollbank.bench.schedule_decision import decision_cost
 

@@ -25,19 +25,23 @@ from dataclasses import dataclass
 class LatencyProfile:
     """Timing of one inference server. ``decode_s(b) = decode_s_per_token * (1 +
     decode_batch_slope * (b - 1))``: each extra sequence in the batch slows every token by
-    ``decode_batch_slope`` of the single-sequence time."""
+    ``decode_batch_slope`` of the single-sequence time. ``call_s``: fixed seconds every call
+    costs around the engine's work (HTTP, tokenisation), measured by ``bench schedule
+    --from-measured``."""
 
     name: str = "default"
     prefill_s_per_token: float = 0.0002
     decode_s_per_token: float = 0.005
     decode_batch_slope: float = 0.02
+    call_s: float = 0.0  # fixed seconds per call (HTTP round trip, tokenisation, queueing)
 
     def decode_s(self, batch: int) -> float:
         return self.decode_s_per_token * (1.0 + self.decode_batch_slope * (max(1, batch) - 1))
 
     def generate_s(self, prefill_tokens: int, decode_tokens: int, batch: int) -> float:
         """Seconds of one generate call: uncached prefill, then decode at batch size ``batch``."""
-        return prefill_tokens * self.prefill_s_per_token + decode_tokens * self.decode_s(batch)
+        return (self.call_s + prefill_tokens * self.prefill_s_per_token
+                + decode_tokens * self.decode_s(batch))
 
 
 @dataclass(frozen=True)
