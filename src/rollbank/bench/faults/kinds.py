@@ -11,7 +11,8 @@ Expected outcomes follow docs/collect.md's decision table: the host's doing (a k
 frozen or stopped sandbox, a full writable layer, a broken verifier, an engine that fails
 or dies) is ``infra_failure``; the model's own doing (a command past the step timeout,
 ``rm -rf /``, a memory or process blow-up) is ``model_failure``; a slow engine is no
-failure at all (the verifier decides: a trainable outcome).
+failure at all (the verifier decides: a trainable outcome); under a host-filled layer the
+pinned verifier still runs, so a pass there is the model's and only a failure must be infra.
 """
 
 from __future__ import annotations
