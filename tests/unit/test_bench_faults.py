@@ -16,6 +16,7 @@ from rollbank.bench.faults.inject import FaultLog, fill
 from rollbank.bench.faults.kinds import (
     ENGINE_KINDS,
     EXPECT,
+    KNOWN_LIMITS,
     MODEL_KINDS,
     PER_ATTEMPT,
     SANDBOX_KINDS,
@@ -37,7 +38,11 @@ def test_every_kind_has_an_expectation() -> None:
     assert all(EXPECT[k].outcomes <= {"model_success", "model_failure"} for k in MODEL_KINDS)
     assert EXPECT[FaultKind.MODEL_TIMEOUT].outcomes == {"model_failure"}
     assert all(EXPECT[k].outcomes == {"infra_failure"} for k in SANDBOX_KINDS + ENGINE_KINDS
-               if k is not FaultKind.SLOW_RESPONSE)
+               if k not in (FaultKind.SLOW_RESPONSE, FaultKind.DISK_FULL))
+    # a host-filled layer: a failure under it is infra (the disk experiment); a pass verified
+    # on the model's state stands. Never a model failure, and no longer a known limit.
+    assert EXPECT[FaultKind.DISK_FULL].outcomes == {"infra_failure", "model_success"}
+    assert not any(k is FaultKind.DISK_FULL for k, _ in KNOWN_LIMITS)
 
 
 def test_schedule_is_seeded_rotates_kinds_and_respects_exemptions() -> None:

@@ -20,6 +20,12 @@ Rules (the table in docs/collect.md)
   REPLAY of the model's actions on a fresh fork decides: it breaks the fork -> the model's;
   the fork stays healthy -> infra (``sandbox_died`` / ``host_stalled``); the replay cannot
   run or is inconclusive, or the probes disagree -> ``unknown``.
+- A verified failure (any verifiable end) with the episode's writable layer full is decided
+  by the disk experiment: a fresh pristine fork cannot write a small file either -> the
+  layer's filesystem is full for everyone (``infra_failure/disk_full``); it can -> the REPLAY
+  of the model's actions on a fresh fork decides: that fork's layer fills too -> the model's
+  (the verdict stands); it keeps room -> the host filled it (``disk_full``); the replay cannot
+  run, is inconclusive, or the space cannot be read -> ``unknown``.
 - Destructive-looking commands are recorded as a *hint* (``evidence.hint_destructive``) only.
 """
 
@@ -33,6 +39,7 @@ from typing import Any
 from rollbank.episodes.experiment import (
     SLOW_FACTOR,
     SLOW_SHARE,
+    DiskProbe,
     Experiment,
     Probe,
     ProbeState,
@@ -43,10 +50,11 @@ from rollbank.episodes.experiment import (
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.sandbox.protocol import SandboxUsage
 
-__all__ = ["SLOW_FACTOR", "SLOW_SHARE", "TIMED_OUT_ENDS", "VERIFIABLE", "Experiment", "LoopEnd",
-           "Probe", "ProbeState", "ReplayEvidence", "ReplayState", "VerifierVerdict", "attribute",
-           "death_reason", "destructive_commands", "needs_experiment", "needs_replay",
-           "stall_reason", "stalled", "verifier_error_reason"]
+__all__ = ["SLOW_FACTOR", "SLOW_SHARE", "TIMED_OUT_ENDS", "VERIFIABLE", "DiskProbe", "Experiment",
+           "LoopEnd", "Probe", "ProbeState", "ReplayEvidence", "ReplayState", "VerifierVerdict",
+           "attribute", "death_reason", "destructive_commands", "disk_reason",
+           "needs_disk_check", "needs_experiment", "needs_replay", "stall_reason", "stalled",
+           "verifier_error_reason"]
 
 
 class LoopEnd(StrEnum):
@@ -142,6 +150,51 @@ def needs_replay(end: LoopEnd, exp: Experiment) -> bool:
     if end is LoopEnd.SANDBOX_DIED:
         return pristine_ok
     return pristine_ok and ep.state in _SILENT  # a step timed out and the sandbox hangs
+
+
+def needs_disk_check(end: LoopEnd, verdict: VerifierVerdict | None) -> bool:
+    """A verified failure (the verifier ran and said fail, on any verifiable end): the
+    episode's writable layer is checked for free space (one read-only probe); only a full
+    layer runs the disk experiment."""
+    return (end in VERIFIABLE and verdict is not None and verdict.error is None
+            and not verdict.passed)
+
+
+def disk_reason(exp: Experiment) -> tuple[Reason | None, str] | None:
+    """A verified failure with the episode's writable layer full: the host's or the model's?
+    None: the layer is not full (or was not checked), the verdict stands. ``(None, why)``:
+    the model's own doing, the verdict stands with ``why``. ``(reason, why)``: the verdict is
+    replaced (``disk_full`` infra, or ``unattributed``)."""
+    ep = exp.episode_disk
+    if ep is None or not ep.full:
+        return None
+    what = f"the episode's writable layer is full ({ep.describe()})"
+    p = exp.pristine_disk
+    if p is None or p.full is None:
+        why = p.detail if p is not None and p.detail else "not probed"
+        return Reason.UNATTRIBUTED, f"{what}; a pristine fork's layer could not be checked: {why}"
+    if p.full:
+        return Reason.DISK_FULL, (f"{what}, and a fresh fork of the pristine snapshot cannot "
+                                  f"write a small file either ({p.describe()}): the host's disk")
+    what += f" while a fresh pristine fork writes ({p.describe()})"
+    r = exp.replay
+    if r is None or r.state is ReplayState.NOT_RUN:
+        why = r.detail if r is not None and r.detail else "no replay ran"
+        return Reason.UNATTRIBUTED, f"{what}; the model's actions could not be replayed: {why}"
+    if r.state is ReplayState.INCONCLUSIVE:
+        return Reason.UNATTRIBUTED, f"{what}; the replay was inconclusive: {r.detail}"
+    if r.state is ReplayState.REPRODUCED:
+        return None, (f"{what}; replaying the model's actions breaks a pristine fork after step "
+                      f"{r.broke_after}: the model's doing")
+    fd = r.fork_disk
+    if fd is None or fd.full is None:
+        why = fd.detail if fd is not None and fd.detail else "not probed"
+        return Reason.UNATTRIBUTED, f"{what}; the replayed fork's space could not be read: {why}"
+    if fd.full:
+        return None, (f"{what}; replaying the model's {len(r.steps)} step(s) fills a pristine "
+                      f"fork's layer too ({fd.describe()}): the model filled its own disk")
+    return Reason.DISK_FULL, (f"{what}; the model's {len(r.steps)} replayed step(s) leave a "
+                              f"pristine fork's layer with {fd.describe()}: the host filled it")
 
 
 def _model_limits(usage: SandboxUsage | None) -> tuple[Reason, str] | None:
@@ -281,4 +334,9 @@ def attribute(
             Reason.VERIFIED_PASS, reward=verdict.reward, rewards=verdict.rewards, **ev
         )
     reason = Reason.VERIFIED_FAIL if end is LoopEnd.DONE else _END_REASON[end]
+    disk = disk_reason(experiment) if experiment is not None else None
+    if disk is not None:
+        ev["attribution"] = disk[1]
+        if disk[0] is not None:
+            return EpisodeOutcome.of(disk[0], verifier_reward=verdict.reward, **ev)
     return EpisodeOutcome.of(reason, reward=verdict.reward, rewards=verdict.rewards, **ev)

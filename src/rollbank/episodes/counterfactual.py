@@ -9,6 +9,9 @@ with what rollbank already has:
   ``acquire``: a fork of the warm snapshot, or a cold start), under the task's own limits: the
   verifier re-run (verifier errors) or the probe (sandbox death, step timeout);
 - the verifier baseline recorded by ``tasks validate`` (``episodes/validate.py``), if present;
+- after a verified failure (:meth:`Counterfactual.after_fail`): the free space of the
+  episode's writable layer (read only); only when it is full, a small write on a fresh
+  pristine fork and, if that writes, the replay below with the fork's free space read after it;
 - only when the episode's sandbox stopped answering (died, or hangs) while a pristine fork
   answers (``attribution.needs_replay``): a REPLAY of the episode's recorded model actions
   (:class:`ReplaySpec`) through the same :class:`~rollbank.episodes.tools.ToolExecutor` and
@@ -38,6 +41,7 @@ from typing import Any
 
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.episodes.attribution import (
+    DiskProbe,
     Experiment,
     LoopEnd,
     Probe,
@@ -62,6 +66,12 @@ from rollbank.tasks.model import Task
 PROBE_COMMAND = ("ls / >/dev/null && echo ok; "
                  "grep -qs '^State:[[:space:]]*T' /proc/[0-9]*/status && echo stopped; true")
 
+#: Free space of the writable layer (``free <free blocks> <block size> <blocks>``), read only.
+DISK_COMMAND = "stat -f -c 'free %f %S %b' /"
+#: The same on a pristine fork, after trying to write a small file at ``/`` (``wrote``).
+DISK_WRITE_COMMAND = ("head -c 4096 /dev/zero > /.rollbank-disk-probe && echo wrote; "
+                      "rm -f /.rollbank-disk-probe; " + DISK_COMMAND)
+
 BaselineOf = Callable[[str], VerifyBaseline | None]
 #: Wall seconds a whole replay may take (``RunnerConfig.replay_cap_s`` sets it per collection).
 REPLAY_CAP_S = 60.0
@@ -80,6 +90,7 @@ class ReplaySpec:
     workdir: str | None = None
     budget_s: float | None = None
     then_verify: bool = False
+    then_disk: bool = False  # the replayed fork's free space is read after the replay
 
 
 @dataclass
@@ -92,6 +103,7 @@ class CounterfactualStats:
     reverifies: int = 0
     cost_s: float = 0.0
     replays: int = 0
+    disk_probes: int = 0
 
 
 class Counterfactual:
@@ -141,6 +153,26 @@ class Counterfactual:
                          baseline_verify_s=baseline.noop_verify_s if baseline else None)
         return await self._replay_if_needed(end, exp, task, replay, t0)
 
+    async def after_fail(self, sandbox: Sandbox, task: Task,
+                         replay: ReplaySpec | None = None) -> Experiment | None:
+        """A verified failure: is the episode's writable layer full? If not (the usual case:
+        one read-only probe), None. If so, does a pristine fork write, and does replaying the
+        model's actions fill a fresh fork's layer too?"""
+        t0 = self.clock.now()
+        episode = await self.disk(sandbox, write=False)
+        if not episode.full:
+            return None
+        self.stats.experiments += 1
+        pristine = await self.disk_pristine(task)
+        exp = Experiment(episode_disk=episode, pristine_disk=pristine)
+        if pristine.full is False:
+            spec = replace(replay, then_verify=False, then_disk=True) if replay else None
+            exp = replace(exp, replay=await self.replay(task, spec) if spec else ReplayEvidence(
+                ReplayState.NOT_RUN, detail="the episode's actions were not given to the judge"))
+        cost = self.clock.now() - t0
+        self.stats.cost_s += cost
+        return replace(exp, cost_s=cost)
+
     async def _replay_if_needed(self, end: LoopEnd, exp: Experiment, task: Task,
                                 spec: ReplaySpec | None, t0: float) -> Experiment:
         if needs_replay(end, exp):
@@ -177,6 +209,30 @@ class Counterfactual:
             return Probe(ProbeState.OK, dt)
         return Probe(ProbeState.FAILED, dt,
                      f"exit {r.exit_code} signal {r.signal}: {(r.stderr or r.stdout)[-300:]}")
+
+    async def disk(self, sandbox: Sandbox, *, write: bool) -> DiskProbe:
+        """Free space of the sandbox's writable layer (and, ``write``, whether a small file
+        can be written there); never raises."""
+        self.stats.disk_probes += 1
+        cmd = DISK_WRITE_COMMAND if write else DISK_COMMAND
+        try:
+            r = await asyncio.wait_for(sandbox.exec(cmd, timeout_s=self.probe_timeout_s),
+                                       self.probe_timeout_s)
+        except (TimeoutError, SandboxError) as exc:
+            return DiskProbe(detail=f"{type(exc).__name__}: {exc}")
+        return parse_disk(r.stdout, r.stderr, write=write)
+
+    async def disk_pristine(self, task: Task) -> DiskProbe:
+        """The write test on a fresh fork of the task's pristine state."""
+        try:
+            acq = await self.source.acquire(task, budget_s=None)
+        except RollbankError as exc:
+            return DiskProbe(detail=f"pristine fork: {type(exc).__name__}: {exc}")
+        try:
+            return await self.disk(acq.sandbox, write=True)
+        finally:
+            with contextlib.suppress(Exception):
+                await acq.sandbox.close()
 
     async def probe_pristine(self, task: Task) -> Probe:
         """The probe on a fresh fork of the task's pristine state (DEAD if none can start)."""
@@ -228,6 +284,8 @@ class Counterfactual:
         try:
             async with asyncio.timeout(self.replay_cap_s):
                 ev = await self._replay_on(acq, executor, task, spec, done)
+                if spec.then_disk and ev.state is ReplayState.HEALTHY:
+                    ev = replace(ev, fork_disk=await self.disk(acq.sandbox, write=False))
         except TimeoutError:
             ev = ReplayEvidence(ReplayState.INCONCLUSIVE,
                                 detail=f"cut by the replay cap ({self.replay_cap_s} s)")
@@ -288,3 +346,15 @@ class Counterfactual:
         state = ReplayState.HEALTHY if probe.state is ProbeState.OK else ReplayState.REPRODUCED
         return ReplayEvidence(state, "verify" if state is ReplayState.REPRODUCED else None, None,
                               probe, verified=True, memory_limit_hit=mem, pids_limit_hit=pids)
+
+
+def parse_disk(stdout: str, stderr: str, *, write: bool) -> DiskProbe:
+    """What :data:`DISK_COMMAND` (or :data:`DISK_WRITE_COMMAND`) printed."""
+    words = stdout.split()
+    wrote = ("wrote" in words) if write else None
+    for line in stdout.splitlines():
+        f = line.split()
+        if len(f) == 4 and f[0] == "free" and all(x.isdigit() for x in f[1:]):
+            free, bsize, blocks = (int(x) for x in f[1:])
+            return DiskProbe(free * bsize, blocks * bsize, wrote, stderr.strip()[-200:])
+    return DiskProbe(None, None, wrote, (stderr or stdout).strip()[-200:] or "no free-space line")

@@ -6,6 +6,8 @@ judged by ``attribution.py``).
 - :class:`ReplayEvidence`: the episode's recorded model actions re-run, with the same
   per-step limits, on a fresh fork of the task's pristine snapshot, the fork probed after
   every step: does the model's own doing break a sandbox the way the episode's broke?
+- :class:`DiskProbe`: the free space of a sandbox's writable layer (and, on a pristine fork,
+  whether a small file can be written there).
 - :class:`Experiment`: all of it for one episode, as recorded in the outcome's evidence.
 """
 
@@ -64,6 +66,44 @@ class Probe:
                 "detail": self.detail[-500:]}
 
 
+#: A writable layer with less free space than this (bytes) is full: the write that failed
+#: needed a page or a block, and a sandbox cannot work in what is left.
+DISK_FULL_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class DiskProbe:
+    """Free space of a sandbox's writable layer (``stat -f /``: the overlay reports its upper
+    layer's filesystem). ``wrote``: a small file could be written at ``/`` (pristine forks
+    only; None when not tried). ``free_bytes`` None: the space could not be read."""
+
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    wrote: bool | None = None
+    detail: str = ""
+
+    @property
+    def full(self) -> bool | None:
+        """True: no room to work in; None: could not tell (a failed write with room left
+        failed for another reason)."""
+        if self.wrote:
+            return False
+        if self.free_bytes is None:
+            return None
+        low = self.free_bytes < DISK_FULL_BYTES
+        return low if self.wrote is None or low else None
+
+    def describe(self) -> str:
+        if self.free_bytes is None:
+            return "free space unknown"
+        total = f" of {self.total_bytes} B" if self.total_bytes is not None else ""
+        return f"{self.free_bytes} B free{total}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"free_bytes": self.free_bytes, "total_bytes": self.total_bytes,
+                "wrote": self.wrote, "full": self.full, "detail": self.detail[-300:]}
+
+
 class ReplayState(StrEnum):
     """What re-running the model's recorded actions on a pristine fork showed."""
 
@@ -91,6 +131,7 @@ class ReplayEvidence:
     duration_s: float = 0.0
     cap_s: float | None = None
     detail: str = ""
+    fork_disk: DiskProbe | None = None  # the replayed fork's free space (disk experiment)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +143,7 @@ class ReplayEvidence:
             "memory_limit_hit": self.memory_limit_hit, "pids_limit_hit": self.pids_limit_hit,
             "duration_s": round(self.duration_s, 3), "cap_s": self.cap_s,
             "detail": self.detail[-500:],
+            "fork_disk": self.fork_disk.to_dict() if self.fork_disk else None,
         }
 
 
@@ -121,7 +163,10 @@ class Experiment:
     the same limits (None if not run). ``baseline_verify_s``: the no-op verifier time
     recorded by ``tasks validate`` (None if the task was not validated on this machine).
     ``replay``: the model's actions re-run on a fresh fork (only when the episode's sandbox
-    stopped answering while a pristine one answers).
+    stopped answering while a pristine one answers, or its writable layer is full while a
+    pristine fork's is not). ``episode_disk`` / ``pristine_disk``: the disk experiment (a
+    failure with the episode's writable layer full): its free space, and whether a fresh
+    pristine fork can write a small file.
     """
 
     episode: Probe | None = None
@@ -132,6 +177,8 @@ class Experiment:
     baseline_verify_s: float | None = None
     cost_s: float = 0.0
     replay: ReplayEvidence | None = None
+    episode_disk: DiskProbe | None = None
+    pristine_disk: DiskProbe | None = None
 
     def host_slow(self) -> bool:
         """Was the pristine re-verify too slow to judge a verifier timeout by?"""
@@ -153,5 +200,7 @@ class Experiment:
             "baseline_verify_s": self.baseline_verify_s,
             "host_slow": self.host_slow(),
             "replay": self.replay.to_dict() if self.replay else None,
+            "episode_disk": self.episode_disk.to_dict() if self.episode_disk else None,
+            "pristine_disk": self.pristine_disk.to_dict() if self.pristine_disk else None,
             "cost_s": round(self.cost_s, 3),
         }

@@ -60,6 +60,8 @@ class Reason(StrEnum):
     # leaves no room to generate in runner.max_model_len: the model never acted (configuration)
     HOST_STALLED = "host_stalled"  # a command stalled by the host beyond max_host_stall_s, or a
     # silent sandbox that a pristine fork (or the model's replayed actions) does not reproduce
+    DISK_FULL = "disk_full"  # a failure with the writable layer full that the model's replayed
+    # actions do not reproduce on a pristine fork, or that a pristine fork shares (the host's)
     # unknown
     UNATTRIBUTED = "unattributed"
 
@@ -87,6 +89,7 @@ REASON_OUTCOME: dict[Reason, Outcome] = {
     Reason.ABORTED: Outcome.INFRA_FAILURE,
     Reason.HOST_STALLED: Outcome.INFRA_FAILURE,
     Reason.PROMPT_EXCEEDS_CONTEXT: Outcome.INFRA_FAILURE,
+    Reason.DISK_FULL: Outcome.INFRA_FAILURE,
     Reason.UNATTRIBUTED: Outcome.UNKNOWN,
 }
 

@@ -41,6 +41,7 @@ from rollbank.episodes.attribution import (
     LoopEnd,
     VerifierVerdict,
     attribute,
+    needs_disk_check,
     needs_experiment,
     stalled,
 )
@@ -318,6 +319,11 @@ async def _decide(judge: Counterfactual, end: LoopEnd, evidence: dict[str, Any],
     if needs_experiment(end, verdict):
         spec = replace(spec, then_verify=verdict is not None)
         exp = await judge.after_error(end, verdict, sandbox, task, spec)
+    elif needs_disk_check(end, verdict) and not evidence.get("node_lost"):
+        # a verified failure: a full writable layer is the host's or the model's?
+        disk = await judge.after_fail(sandbox, task, spec)
+        if disk is not None:
+            exp = replace(disk, episode=exp.episode) if exp is not None else disk
     try:
         usage = sandbox.usage()
     except Exception:  # a dead runtime may not report usage

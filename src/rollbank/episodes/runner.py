@@ -44,6 +44,7 @@ from rollbank.episodes.attribution import (
     LoopEnd,
     VerifierVerdict,
     attribute,
+    needs_disk_check,
     needs_experiment,
     stalled,
 )
@@ -315,6 +316,11 @@ class EpisodeRunner:
             spec = replace(self._replay_spec(task, traj), then_verify=verdict is not None)
             async with ctx.verifier_slot():  # a re-verify is verifier work
                 exp = await self.judge.after_error(end, verdict, sandbox, task, spec)
+        elif needs_disk_check(end, verdict) and not evidence.get("node_lost"):
+            # a verified failure: a full writable layer is the host's or the model's?
+            disk = await self.judge.after_fail(sandbox, task, self._replay_spec(task, traj))
+            if disk is not None:
+                exp = replace(disk, episode=exp.episode) if exp is not None else disk
         return attribute(end, verdict=verdict, usage=_usage(sandbox),
                          actions=[s.action for s in traj.steps], evidence=evidence, experiment=exp)
 

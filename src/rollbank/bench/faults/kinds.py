@@ -11,7 +11,8 @@ Expected outcomes follow docs/collect.md's decision table: the host's doing (a k
 frozen or stopped sandbox, a full writable layer, a broken verifier, an engine that fails
 or dies) is ``infra_failure``; the model's own doing (a command past the step timeout,
 ``rm -rf /``, a memory or process blow-up) is ``model_failure``; a slow engine is no
-failure at all (the verifier decides: a trainable outcome).
+failure at all (the verifier decides: a trainable outcome); under a host-filled layer the
+pinned verifier still runs, so a pass there is the model's and only a failure must be infra.
 """
 
 from __future__ import annotations
@@ -67,7 +68,12 @@ EXPECT: dict[FaultKind, Expectation] = {
     FaultKind.SANDBOX_SIGKILL: Expectation(Via.SANDBOX, INFRA, "host SIGKILLs the anchor: sandbox_died"),
     FaultKind.SANDBOX_FREEZE: Expectation(Via.SANDBOX, INFRA, "host freezes the cgroup: host_stalled"),
     FaultKind.SANDBOX_SIGSTOP: Expectation(Via.SANDBOX, INFRA, "host SIGSTOPs every process of the sandbox"),
-    FaultKind.DISK_FULL: Expectation(Via.SANDBOX, INFRA, "host fills the writable layer (tmpfs)"),
+    # a failure under the host-filled layer is infra (the disk experiment: the model's replayed
+    # actions leave a pristine fork room); the pinned verifier still runs, so a pass verified
+    # on the model's state is the model's own
+    FaultKind.DISK_FULL: Expectation(Via.SANDBOX, INFRA | {"model_success"},
+                                     "host fills the writable layer (tmpfs): a failure is "
+                                     "infra disk_full, a pass stands"),
     # the model's own doing, never infra; the episode goes on, so the verifier decides
     FaultKind.MODEL_OOM: Expectation(Via.MODEL, TRAINABLE, "the model's command blows the memory limit"),
     FaultKind.MODEL_PIDS: Expectation(Via.MODEL, TRAINABLE, "the model's command exhausts pids.max"),
@@ -92,17 +98,6 @@ KNOWN_LIMITS: dict[tuple[FaultKind, str], str] = {
     "command on a loaded host (PSI 'full') as host stall; beyond max_host_stall_s it is "
     "stopped as host_stalled (infra), not billed to the model"
     for k in (FaultKind.MODEL_OOM, FaultKind.MODEL_PIDS, FaultKind.MODEL_DESTROY)
-} | {
-    # Since verification runs on private pristine mounts (docs/collect.md, "Verifier
-    # isolation"), a host-filled writable layer no longer breaks the verifier, so the fault is
-    # no longer seen: the model's state is verified as it stands. A pass is the model's own; a
-    # failure under a host-filled layer is billed to the model — the experiment that would tell
-    # a host-filled layer from one the model filled (replay on a pristine fork, compare free
-    # space) is not built.
-    (FaultKind.DISK_FULL, "model_success/verified_pass"): "a host-filled layer does not break "
-    "the pinned verifier: the model's work verified as it stands (a pass is the model's)",
-    (FaultKind.DISK_FULL, "model_failure/verified_fail"): "a host-filled layer does not break "
-    "the pinned verifier: a failure under it is billed to the model (no disk-full experiment)",
 }
 
 SANDBOX_KINDS = tuple(k for k, e in EXPECT.items() if e.via is Via.SANDBOX)
