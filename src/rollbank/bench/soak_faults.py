@@ -37,7 +37,13 @@ from rollbank.bench.faults.checks import Verdict
 from rollbank.bench.faults.inject import FaultLog
 from rollbank.bench.faults.kinds import FaultKind
 from rollbank.bench.soak import sample
-from rollbank.bench.soak_curve import ALLOWANCE, interval_record, judge_curve
+from rollbank.bench.soak_curve import (
+    DRAINED_ALLOWANCE,
+    MINUTE_ALLOWANCE,
+    RESOURCES,
+    interval_record,
+    judge_curve,
+)
 
 
 def campaign_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -126,6 +132,7 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 clean["unexplained"] += res.clean["unexplained"][:20]
                 n = rig.live_sandboxes()
                 res.row["at_end"] = await asyncio.to_thread(sample, functools.partial(int, n))
+                res.row["end_interval"] = round((time.monotonic() - t_collect) / args.interval, 3)
                 rounds.append(res.row)
                 if not args.keep_rounds:  # disk stays flat too; the verdicts are taken
                     await asyncio.to_thread(shutil.rmtree, out / f"round-{r:03d}", True)
@@ -148,7 +155,8 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     faults["by_kind"].pop(FaultKind.COLLECTOR_SIGKILL.value, None)  # not in the soak
     faults["checks"]["every_kind_injected"] = all(k["injected"] > 0 for k in faults["by_kind"].values())
     checks = faults.pop("checks")
-    verdict = judge_curve(curve.intervals, args.warmup_minutes)
+    verdict = judge_curve(curve.intervals, [(r["end_interval"], r["at_end"]) for r in rounds],
+                          args.warmup_minutes)
     checks["flat"] = verdict["flat"]
     after_close = {k: round(after[k] - baseline[k], 1) for k in ("fds", "processes", "mounts", "cgroups")}
     checks["nothing_left_after_close"] = not any(v > 0 for v in after_close.values())
@@ -163,7 +171,8 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                  "pool_groups": cargs.pool_groups, "sandbox_slots": cargs.sandbox_slots,
                  "engines": cargs.engines, "rate": cargs.rate, "seed": cargs.seed},
         "engine": engine_note(cargs),
-        "allowance": ALLOWANCE, "flatness": verdict, "curve": curve.intervals,
+        "allowance": {"minute_curve": MINUTE_ALLOWANCE, "drained": DRAINED_ALLOWANCE},
+        "flatness": verdict, "curve": curve.intervals,
         "baseline": baseline, "after_close": after, "after_close_delta": after_close,
         "leaks": leaks, "attribution": faults, "rounds": rounds, "proxy": proxy,
         "checks": checks, "ok": all(v for k, v in checks.items() if k != "attribution_correct"),
@@ -181,22 +190,26 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curve = report["curve"]
-    keys = list(report["allowance"])
-    fig, axes = plt.subplots(len(keys), 1, figsize=(8, 1.7 * len(keys)), sharex=True)
-    xs = [c["elapsed_s"] / 60 for c in curve]
-    warm = report["warmup_intervals"]
-    for ax, k in zip(axes, keys, strict=True):
-        res = report["flatness"]["per_resource"].get(k, {})
-        ax.plot(xs, [c["floor"][k] for c in curve], "-o", ms=3, label="floor")
-        ax.plot(xs, [c["peak"][k] for c in curve], ".", alpha=0.5, label="peak")
-        if len(xs) > warm:
-            ax.axvspan(xs[min(warm, len(xs) - 1)], xs[-1], color="0.92", zorder=0)
+    curve, rounds, iv = report["curve"], report["rounds"], report["interval_s"] / 60
+    fl = report["flatness"]
+    fig, axes = plt.subplots(len(RESOURCES), 1, figsize=(8, 1.6 * len(RESOURCES)), sharex=True)
+    xs = [(c["interval"] + 1) * iv for c in curve]
+    for ax, k in zip(axes, RESOURCES, strict=True):
+        ax.plot(xs, [c["floor"][k] for c in curve], "-o", ms=3, label="minute floor")
+        ax.plot(xs, [c["peak"][k] for c in curve], ".", alpha=0.5, label="minute peak")
+        ax.plot([r["end_interval"] * iv for r in rounds], [r["at_end"][k] for r in rounds], "x",
+                ms=4, label="round end (drained)")
+        ax.axvspan(0, report["warmup_intervals"] * iv, color="0.9", zorder=0)
+        d = fl["drained"]["per_resource"].get(k, {})
+        m = fl["minute_curve"]["per_resource"].get(k)
+        title = f"{k}: drained trend {d.get('trend')} (allow {d.get('allowance')})"
+        if m is not None:
+            title += f"; minute-floor trend {m['trend']} (allow {m['allowance']})"
         ax.set_ylabel(k)
-        ax.set_title(f"{k}: trend {res.get('trend')} / allowance {res.get('allowance')}"
-                     f" ({'flat' if res.get('flat') else 'NOT flat'})", fontsize=8)
+        ax.set_title(title + (" flat" if d.get("flat") and (m is None or m["flat"]) else " NOT flat"),
+                     fontsize=8)
     axes[0].legend(fontsize=7, loc="upper right")
-    axes[-1].set_xlabel("minutes of collection")
+    axes[-1].set_xlabel("minutes of collection (grey: warm-up, not judged)")
     fig.suptitle(f"rollbank bench soak --faults ({report['wall_clock']}): "
                  f"{report['attribution']['faults_injected']} faults", fontsize=9)
     fig.tight_layout()
