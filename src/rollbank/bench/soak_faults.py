@@ -6,8 +6,9 @@ scripted policy and the campaign's tasks with real verifiers, at the campaign's 
 (4 groups of 4 per batch, 8 groups in flight, 12 sandboxes, 2 engines). Collection runs in
 rounds (:func:`~rollbank.bench.faults.rig.run_round`, a fresh run folder and seed each, the
 folder deleted once judged) back to back until ``--minutes`` have passed (the round running
-then finishes). Every fault kind of the campaign but the collector SIGKILL is injected (the
-soak is about the long-lived collector process; its kills are the campaign's crash phase).
+then finishes) and at least ``min_rounds`` (2) rounds are done. Every fault kind of the
+campaign but the collector SIGKILL is injected (the soak is about the long-lived collector
+process; its kills are the campaign's crash phase).
 
 Meanwhile this process and its descendants are probed every ``--probe`` seconds
 (:func:`rollbank.bench.soak.sample`: fds, threads, RSS, descendant processes, host mounts,
@@ -122,7 +123,8 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                                                       t_collect))
         try:
             r = 0
-            while time.monotonic() - t_collect < args.minutes * 60:
+            while (time.monotonic() - t_collect < args.minutes * 60
+                   or r < getattr(args, "min_rounds", 2)):
                 res = await run_round(rig, cargs, out, r)
                 verdicts += res.verdicts
                 curve.add_round(res.verdicts)
