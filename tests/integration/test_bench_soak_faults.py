@@ -20,6 +20,10 @@ from rollbank.bench.soak_faults import soak_faults
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.allow_slow_callbacks(
+    reason="at load average ~40-58 a LocalSandbox._close_now task step (closing its shells, "
+    "sandbox code, not the soak's) held the loop 1.17 s net of CPU wait; the soak's own steps "
+    "stayed under the rule once its config loads moved to threads")
 async def test_faulted_soak_smoke_leaks_nothing_per_round(tmp_path: Path) -> None:
     args = argparse.Namespace(
         minutes=0.5, interval=15.0, probe=2.0, warmup_minutes=0, seed=3, rate=0.8, min_rounds=3,

@@ -146,7 +146,7 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         collect_s = time.monotonic() - t_collect
         injector_errors, proxy = rig.source.errors, {"collateral": len(rig.proxy.collateral),
                                                      "windows": rig.proxy.windows[:50]}
-    gc.collect()
+    await asyncio.to_thread(gc.collect)
     await asyncio.sleep(0.5)  # let killed children be reaped
     after = await asyncio.to_thread(sample, lambda: 0)
     leaks = leaked(before, await asyncio.to_thread(snapshot))

@@ -87,8 +87,8 @@ async def open_rig(args: argparse.Namespace, out: Path) -> AsyncIterator[Rig]:
     schedule = FaultSchedule(args.seed, args.rate)
     log = FaultLog()
     task_root = out / "tasks"
-    write_tasks(task_root, clean=args.clean_tasks, verifier_faults=True)
-    tok = load_tokenizer(await asyncio.to_thread(ensure_model, "tiny"))
+    await asyncio.to_thread(write_tasks, task_root, clean=args.clean_tasks, verifier_faults=True)
+    tok = await asyncio.to_thread(lambda: load_tokenizer(ensure_model("tiny")))
     async with contextlib.AsyncExitStack() as stack:
         engines = await stack.enter_async_context(KillableEngines(
             args.accelsim_profile, args.engines, vocab_size=_vocab_size(tok), max_model_len=4096,
@@ -96,8 +96,9 @@ async def open_rig(args: argparse.Namespace, out: Path) -> AsyncIterator[Rig]:
         proxy = await stack.enter_async_context(FaultProxy(
             [(engines.host, p) for p in engines.ports], schedule, log, base_seed=args.seed,
             restart=engines.restart, kill=engines.kill))
-        cfg0 = campaign_config(args, out / "round-000", proxy.urls, task_root, args.seed)
-        tasks = select_tasks(cfg0)
+        cfg0 = await asyncio.to_thread(campaign_config, args, out / "round-000", proxy.urls,
+                                       task_root, args.seed)
+        tasks = await asyncio.to_thread(select_tasks, cfg0)
         plane = await stack.enter_async_context(open_inference(cfg0.inference, max_model_len=2048))
         sandboxes = await stack.enter_async_context(open_sandboxes(cfg0.sandbox, tasks, prepare=tasks))
         source = FaultingSource(sandboxes.source, schedule, log)
@@ -124,7 +125,7 @@ async def run_round(rig: Rig, args: argparse.Namespace, out: Path, r: int) -> Ro
     seed = args.seed + 1000 * (r + 1)
     rig.proxy.base_seed = seed
     run_dir = out / f"round-{r:03d}"
-    cfg = campaign_config(args, run_dir, rig.proxy.urls, rig.task_root, seed)
+    cfg = await asyncio.to_thread(campaign_config, args, run_dir, rig.proxy.urls, rig.task_root, seed)
     rnd = Round(r, seed)
     start, windows_before = len(rig.log.items), len(rig.proxy.windows)
     tr = time.monotonic()
