@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import os
 import shutil
 import time
 from collections import Counter
@@ -86,6 +87,7 @@ class Curve:
             rec["elapsed_s"] = round(elapsed_s, 1)
             rec["injected_outside"] = dict(Counter(i.kind.value for i in self.log.items))
             rec["rounds_done"] = self.rounds
+            rec["loadavg_1m"] = round(os.getloadavg()[0], 2)
             rec["faults_judged"] = dict(self.judged)
             rec["attributed_correctly"] = dict(self.correct)
             self.intervals.append(rec)
@@ -116,6 +118,7 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     clean: dict[str, Any] = {"attempts": 0, "trainable": 0, "collateral_inference_error": 0,
                              "unexplained": []}
     t0 = time.monotonic()
+    load_start = os.getloadavg()
     async with open_rig(cargs, out) as rig:
         curve = Curve(args.interval, rig.log)
         t_collect = time.monotonic()
@@ -173,6 +176,10 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                  "pool_groups": cargs.pool_groups, "sandbox_slots": cargs.sandbox_slots,
                  "engines": cargs.engines, "rate": cargs.rate, "seed": cargs.seed},
         "engine": engine_note(cargs),
+        "host": {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in load_start],
+                 "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+                 "note": "timings (round seconds) depend on the host's load: see loadavg_1m per "
+                 "interval; the resource counts do not"},
         "allowance": {"minute_curve": MINUTE_ALLOWANCE, "drained": DRAINED_ALLOWANCE},
         "flatness": verdict, "curve": curve.intervals,
         "baseline": baseline, "after_close": after, "after_close_delta": after_close,
