@@ -15,7 +15,8 @@ Meanwhile this process and its descendants are probed every ``--probe`` seconds
 rollbank cgroups, live sandboxes) and each ``--interval`` closes one point of the curve
 (:mod:`rollbank.bench.soak_curve`: floor, peak, last) with the faults injected so far per kind.
 Each round's row also carries one reading taken when the round has drained (``at_end``:
-nothing in flight, the warm snapshots remain), the sharpest view of a per-round leak.
+nothing in flight; sandboxes still closing get up to :data:`SETTLE_S` to go, ``settle_s``),
+the sharpest view of a per-round leak.
 The verdict on flatness is :func:`rollbank.bench.soak_curve.judge_curve`; after closing, the
 campaign's leak snapshot must show nothing left over. Attribution per kind is the campaign's
 (:func:`rollbank.bench.faults.report.summarize`).
@@ -46,6 +47,10 @@ from rollbank.bench.soak_curve import (
     interval_record,
     judge_curve,
 )
+
+#: Seconds a drained reading waits for sandboxes still closing when a round returns (a
+#: teardown can still be running then: the smoke saw one sandbox left at one round's end).
+SETTLE_S = 10.0
 
 
 def campaign_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -102,6 +107,17 @@ async def _sample_forever(curve: Curve, live: Any, probe_s: float, t0: float) ->
         await asyncio.sleep(probe_s)
 
 
+async def _settle(live: Any, limit_s: float = SETTLE_S) -> float:
+    """Wait (up to ``limit_s``) for sandboxes still closing when a round returns to go; the
+    seconds waited. A sandbox that never goes is what the drained reading then shows."""
+    t = time.monotonic()
+    for _ in range(int(limit_s / 0.2)):  # a poll: the backend offers no "all closed" event
+        if not live():
+            break
+        await asyncio.sleep(0.2)
+    return round(time.monotonic() - t, 2)
+
+
 async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from rollbank.bench.faults.campaign import engine_note
     from rollbank.bench.faults.leaks import leaked, snapshot
@@ -135,6 +151,7 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 for k in ("attempts", "trainable", "collateral_inference_error"):
                     clean[k] += res.clean[k]
                 clean["unexplained"] += res.clean["unexplained"][:20]
+                res.row["settle_s"] = await _settle(rig.live_sandboxes)
                 n = rig.live_sandboxes()
                 res.row["at_end"] = await asyncio.to_thread(sample, functools.partial(int, n))
                 res.row["end_interval"] = round((time.monotonic() - t_collect) / args.interval, 3)
