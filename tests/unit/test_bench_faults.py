@@ -199,7 +199,7 @@ def test_an_attempt_hit_by_engine_collateral_is_confounded_not_judged() -> None:
 def test_a_sandbox_fault_joins_the_run_it_landed_on() -> None:
     # regression (full campaign run): joined to the slot's first run, so a fault that landed
     # on the retry (the first run died earlier of a port down) was judged on the wrong run
-    from rollbank.bench.faults.campaign import _run_in
+    from rollbank.bench.faults.verdicts import _run_in
     from rollbank.episodes.spans import Span, add_span
 
     r0, r1 = _traj(0, Reason.INFERENCE_ERROR, None), _traj(0, Reason.SANDBOX_DIED, None)

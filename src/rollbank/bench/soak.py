@@ -15,6 +15,9 @@ keeps open once loaded, are not counted).
 JSON: the samples per batch, the growth per resource, ``flat`` (all within allowance) and
 ``leaked_after_close``. Numbers, not timed assertions: the smoke test only checks the shape
 and the after-close leak counts.
+
+``--faults`` runs the faulted soak instead (:mod:`rollbank.bench.soak_faults`): continuous
+collection for ``--minutes`` on the fault campaign's rig, sampled every ``--interval``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: Allowed growth from the first sample after warm-up to the last (RSS in MiB).
 ALLOWANCE = {"fds": 4, "threads": 4, "rss_mib": 32, "processes": 2, "mounts": 0,
              "cgroups": 2, "sandboxes": 0}
@@ -40,8 +42,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--json", action="store_true", help="print one JSON object (the default output anyway)")
     a("--batches", type=int, default=20, help="batches collected (samples taken)")
     a("--warmup", type=int, default=2, help="first batches not judged (pools fill up)")
-    a("--groups", type=int, default=2, help="G: complete groups per batch")
-    a("--group-size", type=int, default=2, help="n: siblings per group")
+    a("--groups", type=int, default=None, help="G: complete groups per batch (default 2; "
+      "--faults: the campaign's 4)")
+    a("--group-size", type=int, default=None, help="n: siblings per group (default 2; "
+      "--faults: the campaign's 4)")
+    f = parser.add_argument_group("faulted soak (rollbank.bench.soak_faults)")
+    f.add_argument("--faults", action="store_true", help="continuous collection on the fault "
+                   "campaign's rig with faults injected, sampled each --interval, for --minutes")
+    f.add_argument("--minutes", type=float, default=30.0, help="--faults: minutes of collection")
+    f.add_argument("--interval", type=float, default=60.0, help="--faults: seconds per curve point")
+    f.add_argument("--probe", type=float, default=5.0, help="--faults: seconds between probes")
+    f.add_argument("--warmup-minutes", type=int, default=2,
+                   help="--faults: first intervals not judged")
+    f.add_argument("--seed", type=int, default=0, help="--faults: fault schedule seed")
+    f.add_argument("--rate", type=float, default=0.6, help="--faults: share of attempts faulted")
+    f.add_argument("--plot", default=None, help="--faults: write the curve as a PNG here")
+    f.add_argument("--keep-rounds", action="store_true",
+                   help="--faults: keep each round's run folder (default: deleted once judged)")
     a("--tasks", default="hello-greeting,count-lines", help="terminal-lite tasks, comma-separated")
     a("--out", default=None, help="run folder (default: a temporary one, deleted)")
 
@@ -64,15 +81,27 @@ def _descendants(root: int) -> int:
     return count
 
 
-def _own_cgroups() -> int:
-    """Directories of this process's rollbank cgroups (every hierarchy)."""
-    from rollbank.sandbox.local.cgroups import owner_tag
-
-    tag = owner_tag()
-    n = 0
-    for top in CGROUP_ROOT.glob("**/rollbank/" + tag) if CGROUP_ROOT.is_dir() else []:
-        n += sum(1 for p in top.rglob("*") if p.is_dir())
+def count_dirs(top: Path, scandir: Callable[[Path], Any] = os.scandir) -> int:
+    """Directories under ``top`` (not itself). One removed while the walk reaches it (a
+    sandbox's cgroup going away under continuous collection) is skipped, not an error."""
+    n, todo = 0, [top]
+    while todo:
+        d = todo.pop()
+        try:
+            with scandir(d) as it:
+                subs = [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        n += len(subs)
+        todo += subs
     return n
+
+
+def _own_cgroups() -> int:
+    """Directories under this process's rollbank owner cgroups (every hierarchy)."""
+    from rollbank.bench.faults.leaks import owner_cgroup_dirs
+
+    return sum(count_dirs(top) for top in owner_cgroup_dirs())
 
 
 def _fds() -> int:
@@ -154,6 +183,12 @@ async def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.faults:
+        from rollbank.bench import soak_faults
+
+        return soak_faults.run(args)
+    args.groups = 2 if args.groups is None else args.groups
+    args.group_size = 2 if args.group_size is None else args.group_size
     if args.out:
         report = asyncio.run(soak(args, Path(args.out)))
     else:

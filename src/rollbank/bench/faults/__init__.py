@@ -12,7 +12,8 @@ Prints one JSON object; exit 1 when a check fails.
 
 Modules: :mod:`.kinds` (kinds, expected outcomes, schedule), :mod:`.script` (scripted policy),
 :mod:`.inject` (sandbox injector), :mod:`.proxy` (HTTP fault proxy), :mod:`.engines`,
-:mod:`.tasks`, :mod:`.campaign` (the in-process phase), :mod:`.crash` (collector kills),
+:mod:`.tasks`, :mod:`.rig` (engines + proxy + sandboxes, one round), :mod:`.verdicts`,
+:mod:`.campaign` (the in-process phase), :mod:`.crash` (collector kills),
 :mod:`.checks`, :mod:`.leaks`, :mod:`.report`.
 """
 

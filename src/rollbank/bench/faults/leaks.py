@@ -52,17 +52,25 @@ def descendants(pid: int | None = None) -> list[str]:
     return sorted(out)
 
 
-def sandbox_cgroups(tag: str | None = None) -> list[str]:
-    """Sandbox cgroups left under this process's owner dirs (v1 controllers and v2)."""
+def owner_cgroup_dirs(tag: str | None = None) -> list[Path]:
+    """This process's rollbank owner dirs that exist (one per v1 controller, or v2)."""
     tag = tag or owner_tag()
-    out: list[str] = []
+    out: set[Path] = set()
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, ctrls, path = line.split(":", 2)
         names = ["unified"] if not ctrls else [c for c in ctrls.split(",") if not c.startswith("name=")]
         for ctrl in names or []:
             own = CGROUP_ROOT / ctrl / path.lstrip("/") / "rollbank" / tag
             if own.is_dir():
-                out += [str(p) for p in own.iterdir() if p.is_dir()]
+                out.add(own)
+    return sorted(out)
+
+
+def sandbox_cgroups(tag: str | None = None) -> list[str]:
+    """Sandbox cgroups left under this process's owner dirs (v1 controllers and v2)."""
+    out: list[str] = []
+    for own in owner_cgroup_dirs(tag):
+        out += [str(p) for p in own.iterdir() if p.is_dir()]
     return sorted(set(out))
 
 
