@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from rollbank.bench.learning.aggregate import aggregate, mean_se
+from rollbank.bench.learning.command import merged_arms
 from rollbank.bench.learning.report import arm_summary, auc, pipelined_wall, verdict
 from rollbank.bench.learning.tasks import AdditionTask, eval_tasks, parse_action, step_tasks, verify
 
@@ -51,3 +58,70 @@ def test_summaries_compare_per_sample_with_sync() -> None:
     assert v["sync_learned"] is True
     assert v["gated_within_5pct"] is True
     assert v["first_degraded_lag"] == 8
+
+
+def _seeded(name: str, lag: int, seed: int, evals: list[float]) -> dict[str, Any]:
+    arm = _arm(name, lag, name == "gated", evals, (1.0, 1.0))
+    arm["seed"] = seed
+    arm["evals"] = [{"solve_rate": r, "samples": 10 * k} for k, r in enumerate(evals)]
+    return arm
+
+
+def test_mean_and_standard_error_by_hand() -> None:
+    assert mean_se([0.1, 0.2, 0.3]) == pytest.approx({"mean": 0.2, "se": 0.1 / math.sqrt(3), "n": 3})
+    assert mean_se([0.5]) == {"mean": 0.5, "se": None, "n": 1}
+    assert mean_se([]) == {"mean": None, "se": None, "n": 0}
+
+
+def test_aggregate_across_seeds_pairs_each_arm_with_sync_of_its_seed() -> None:
+    arms = [_seeded("sync", 0, 0, [0.1, 0.2, 0.2]), _seeded("sync", 0, 1, [0.1, 0.2, 0.4]),
+            _seeded("gated", 4, 0, [0.1, 0.2, 0.1]), _seeded("gated", 4, 1, [0.1, 0.3, 0.3])]
+    agg = aggregate(arms)
+    sync, gated = agg["arms"]["sync"], agg["arms"]["gated"]
+    assert sync["seeds"] == [0, 1] and gated["lag"] == 4
+    assert [p["samples"] for p in sync["curve"]] == [0, 10, 20]
+    assert sync["curve"][2]["mean"] == pytest.approx(0.3)
+    assert sync["curve"][2]["se"] == pytest.approx(0.1)  # sd 0.1414 / sqrt 2
+    assert sync["final"]["mean"] == pytest.approx(0.3)
+    assert sync["auc"]["mean"] == pytest.approx((0.2 + 0.3) / 2)  # auc 0.2 and 0.3
+    gap = gated["gap_vs_sync"]
+    assert gap["gap_of_means"] == pytest.approx((0.225 - 0.25) / 0.25)  # gated auc 0.15, 0.3
+    assert gap["per_seed"] == pytest.approx({"0": -0.25, "1": 0.0})
+    assert gap["paired"]["mean"] == pytest.approx(-0.125)
+    assert gap["paired"]["se"] == pytest.approx(0.125)
+    v = agg["gated_verdict"]
+    assert v["within_5pct"] is False
+    assert v["paired_mean_2se"] == "undecided"  # -0.125 +- 0.25 straddles -5 %
+    assert "sync" in agg["arms"] and "gap_vs_sync" not in sync
+
+
+def test_merged_runs_must_have_the_same_settings(tmp_path: Path) -> None:
+    settings = {"steps": 3, "prompts": 2, "group_size": 2, "lr": 1e-3, "max_new_tokens": 4,
+                "eval_every": 1, "eval_size": 8, "tis_cap": 2.0}
+    warm = {"base": "tiny", "steps": 20, "batch": 64, "lr": 3e-3, "seed": 0}
+    old = [_seeded("sync", 0, 0, [0.1]), _seeded("gated", 4, 0, [0.1]),
+           _seeded("ungated", 4, 0, [0.1]), _seeded("sync", 0, 1, [0.2])]
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps({"settings": settings | {"lag": 4}, "warmup": warm, "arms": old}))
+    got = merged_arms([p], settings, 4, warm, {"sync", "gated"}, {("sync", 1)})
+    assert [(a["arm"], a["seed"]) for a in got] == [("sync", 0), ("gated", 0)]
+    with pytest.raises(ValueError, match="lr"):
+        merged_arms([p], settings | {"lr": 3e-4}, 4, warm, {"sync"}, set())
+    with pytest.raises(ValueError, match="lag"):
+        merged_arms([p], settings, 8, warm, {"sync"}, set())
+    with pytest.raises(ValueError, match=r"warmup\.steps"):
+        merged_arms([p], settings, 4, warm | {"steps": 300}, {"sync"}, set())
+
+
+def test_arms_option_selects_a_subset_and_always_keeps_sync() -> None:
+    import argparse
+
+    from rollbank.bench.learning.command import add_arguments, plan
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    arms, _ = plan(parser.parse_args(["--arms", "gated", "--sweep-lags", "8"]))
+    assert [a["name"] for a in arms] == ["sync", "gated", "ungated-lag8"]
+    assert [a["name"] for a in plan(parser.parse_args([]))[0]] == ["sync", "gated", "ungated"]
+    with pytest.raises(ValueError, match="unknown"):
+        plan(parser.parse_args(["--arms", "sync,fast"]))

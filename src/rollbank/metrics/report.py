@@ -33,6 +33,7 @@ from typing import Any
 from rollbank.episodes.spans import Span, spans_of
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.extras import require
+from rollbank.metrics.gate_report import GATE_COLUMNS, gate_rows, gate_totals
 
 
 class _Pyplot:
@@ -274,6 +275,23 @@ def _headline_html(rows: Sequence[tuple[str, str]]) -> str:
     return f"<table class='headline'>{body}</table>"
 
 
+def _gate_section(batches: Sequence[dict[str, Any]]) -> list[str]:
+    """The staleness gate's decisions per batch (nothing when the run had the gate off)."""
+    rows = gate_rows(batches)
+    if not rows:
+        return []
+    t = gate_totals(rows)
+    ess_min = "-" if t["ess_min"] is None else fmt_number(float(t["ess_min"]))
+    k3 = "-" if t["k3_mean"] is None else (f"{fmt_number(float(t['k3_mean']))} mean, "
+                                           f"{fmt_number(float(t['k3_max']))} max")
+    line = (f"{t['judged']} attempts judged: {t['admitted']} admitted, {t['downweighted']} "
+            f"down-weighted, {t['retried']} dropped and re-run, {t['stale_final']} dropped for good "
+            f"(stale_final), {t['rare_success_kept']} rare successes kept; batch token k3 {k3}; "
+            f"token ESS min {ess_min}")
+    return ["<h2>Staleness gate per batch</h2>", f"<p>{html.escape(line)}</p>",
+            _table(rows, GATE_COLUMNS)]
+
+
 def write_report(
     path: Path,
     *,
@@ -302,6 +320,7 @@ def write_report(
         "<h2>Lower bound T_LB per batch</h2>",
         _table(lb_rows, ("batch_index", "critical_path_s", "inference_work_s", "sandbox_work_s",
                          "t_lb_s", "binding_term", "groups_in_pool", "groups_needed")),
+        *_gate_section(batches),
         *(f"<h2>{html.escape(name)}</h2><img src='data:image/png;base64,{png}'/>"
           for name, png in figs),
     ]

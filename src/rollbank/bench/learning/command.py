@@ -4,7 +4,9 @@
 (:mod:`rollbank.bench.learning.warmup`), then run, on the same seeds and prompts, the arms
 ``sync`` (lag 0), ``gated`` (lag ``--lag``, divergence gate + token TIS) and ``ungated``
 (lag ``--lag``, no gate, no correction), plus ungated arms at every ``--sweep-lags`` lag.
-Arms run in ``--parallel`` worker processes. Prints one JSON document (settings, warm-up,
+``--arms`` picks a subset of the three (sync always runs). ``--merge`` adds the arms of earlier
+runs with the same settings (more seeds), and ``across_seeds`` aggregates every seed
+(:mod:`rollbank.bench.learning.aggregate`). Arms run in ``--parallel`` worker processes. Prints one JSON document (settings, warm-up,
 per-arm steps/evals, summaries, verdict) and writes it with the curves (PNG) to ``--out``.
 ``--quick``: a few steps of every arm (an integration smoke test, not a learning claim).
 See docs/learning.md.
@@ -31,7 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (full fine-tuning)")
     parser.add_argument("--lag", type=int, default=4, help="version lag of both async arms")
     parser.add_argument("--sweep-lags", default="", help="comma-separated extra lags for ungated arms")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds (each runs every arm)")
+    parser.add_argument("--seeds", default="0",
+                        help="comma-separated seeds (each runs every arm); empty with --merge: "
+                             "only summarise the merged runs")
+    parser.add_argument("--arms", default="sync,gated,ungated",
+                        help="comma-separated subset of sync,gated,ungated to run (sync is always run: "
+                             "the gaps are taken against it); the --sweep-lags arms are extra")
     parser.add_argument("--warmup-steps", type=int, default=300, help="supervised warm-up steps")
     parser.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
     parser.add_argument("--eval-size", type=int, default=128, help="tasks in the eval set")
@@ -40,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallel", type=int, default=3, help="arms run at once (processes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per arm")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/bench-learning-<time>)")
+    parser.add_argument("--merge", type=Path, action="append", default=[],
+                        help="an earlier bench-learning.json (same settings) whose arms join the "
+                             "summaries and the across-seed aggregate (repeatable; arms of a seed "
+                             "run now win)")
     parser.add_argument("--json", action="store_true", help="JSON only (the default output anyway)")
 
 
@@ -67,9 +78,13 @@ def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]
     """The arms (name, lag, gated) and the shared settings for ``args``."""
     steps = 3 if args.quick else args.steps
     lag = min(args.lag, 1) if args.quick else args.lag
-    arms = [{"name": "sync", "lag": 0, "gated": False},
-            {"name": "gated", "lag": lag, "gated": True},
-            {"name": "ungated", "lag": lag, "gated": False}]
+    wanted = {x.strip() for x in args.arms.split(",") if x.strip()} | {"sync"}
+    unknown = wanted - {"sync", "gated", "ungated"}
+    if unknown:
+        raise ValueError(f"--arms: unknown arm(s) {sorted(unknown)} (choose from sync, gated, ungated)")
+    arms = [a for a in ({"name": "sync", "lag": 0, "gated": False},
+                        {"name": "gated", "lag": lag, "gated": True},
+                        {"name": "ungated", "lag": lag, "gated": False}) if a["name"] in wanted]
     for extra in ([] if args.quick else _ints(args.sweep_lags)):
         if extra != lag and extra > 0:
             arms.append({"name": f"ungated-lag{extra}", "lag": extra, "gated": False})
@@ -83,8 +98,42 @@ def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]
     return arms, settings
 
 
+def lag_of(arms: list[dict[str, Any]]) -> int:
+    """The async arms' lag (0 when only sync runs)."""
+    return max((int(a["lag"]) for a in arms if a["name"] in ("gated", "ungated")), default=0)
+
+
+_SAME = ("steps", "prompts", "group_size", "lr", "max_new_tokens", "eval_every", "eval_size",
+         "tis_cap")
+
+
+def merged_arms(paths: list[Path], settings: dict[str, Any], lag: int, warm: dict[str, Any],
+                names: set[str], have: set[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Arms of earlier runs (``paths``) with the same settings, lag and warm-up, restricted to
+    ``names`` and to (arm, seed) pairs not in ``have``; a settings mismatch is an error."""
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        doc = json.loads(p.read_text())
+        old = doc["settings"]
+        diff = {k: (old.get(k), settings[k]) for k in _SAME if old.get(k) != settings[k]}
+        if old.get("lag") != lag:
+            diff["lag"] = (old.get("lag"), lag)
+        for k in ("base", "steps", "batch", "lr", "seed"):
+            if doc["warmup"].get(k) != warm.get(k):
+                diff[f"warmup.{k}"] = (doc["warmup"].get(k), warm.get(k))
+        if diff:
+            raise ValueError(f"--merge {p}: settings differ (old, now): {diff}")
+        for a in doc["arms"]:
+            key = (a["arm"], a.get("seed"))
+            if a["arm"] in names and key not in have:
+                out.append(a)
+                have.add(key)
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from rollbank.bench.learning.report import arm_summary, verdict, write_plots
+    from rollbank.bench.learning.aggregate import aggregate
+    from rollbank.bench.learning.report import arm_summary, verdict, write_mean_plot, write_plots
     from rollbank.bench.learning.warmup import warm_up
 
     out = args.out or Path("runs") / time.strftime("bench-learning-%Y%m%dT%H%M%SZ", time.gmtime())
@@ -92,8 +141,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     warm_steps = 20 if args.quick else args.warmup_steps
     model_dir, warm = warm_up(steps=warm_steps, log=lambda m: print(f"[learning] {m}", file=sys.stderr))
     arms, settings = plan(args)
-    seeds = _ints(args.seeds) or [0]
+    seeds = _ints(args.seeds)  # none: only the --merge runs are summarised
+    if not seeds and not args.merge:
+        raise ValueError("--seeds is empty and nothing to --merge")
     jobs = [(arm, settings | {"seed": seed}) for seed in seeds for arm in arms]
+    prior = merged_arms(list(args.merge), settings, lag_of(arms), warm, {a["name"] for a in arms},
+                        {(a["name"], s["seed"]) for a, s in jobs})
     t0 = time.perf_counter()
     load_before = os.getloadavg()[0]
     if args.parallel > 1:
@@ -103,6 +156,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             results = [f.result() for f in futures]
     else:
         results = [_run_arm(a, s, str(model_dir)) for a, s in jobs]
+    seconds = time.perf_counter() - t0
+    results += prior
     summaries = []
     for r in results:
         sync = next(x for x in results if x["arm"] == "sync" and x["seed"] == r["seed"])
@@ -111,13 +166,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "bench": "learning", "quick": bool(args.quick), "model": "tiny (warmed up)",
         "sampler": "in-process (trainer weights, HF generate); see docs/learning.md",
         "task_family": "graded addition, action 'echo N > answer.txt', verified in-process",
-        "settings": settings | {"seeds": seeds, "lag": arms[1]["lag"]},
+        "settings": settings | {"seeds": sorted({r["seed"] for r in results}), "seeds_run": seeds,
+                                "lag": lag_of(arms)},
         "warmup": warm, "warmup_dir": str(model_dir),
-        "seconds": time.perf_counter() - t0,
+        "seconds": seconds, "merged_from": [str(p) for p in args.merge],
         "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
-        "summaries": summaries, "verdict": verdict(summaries), "arms": results,
+        "summaries": summaries, "verdict": verdict(summaries),
+        "across_seeds": aggregate(results), "arms": results,
     }
-    doc["plots"] = write_plots(results, out)
+    doc["plots"] = write_plots(results, out) + write_mean_plot(doc["across_seeds"], out)
     (out / "bench-learning.json").write_text(json.dumps(doc, indent=2))
     doc["out"] = str(out)
     return doc

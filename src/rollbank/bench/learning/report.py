@@ -140,6 +140,25 @@ def write_plots(arms: Sequence[dict[str, Any]], out: Path) -> list[str]:
     return names
 
 
+def write_mean_plot(across: dict[str, Any], out: Path) -> list[str]:
+    """reward_vs_samples_mean.png: per arm the mean eval solve rate across seeds ± 1 standard
+    error (:func:`rollbank.bench.learning.aggregate.aggregate`); nothing for a single seed."""
+    arms = across.get("arms", {})
+    if not arms or max(len(a["seeds"]) for a in arms.values()) < 2:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, a in arms.items():
+        xs = [p["samples"] for p in a["curve"]]
+        ms = [p["mean"] for p in a["curve"]]
+        se = [p["se"] or 0.0 for p in a["curve"]]
+        ax.errorbar(xs, ms, yerr=se, marker="o", ms=3, capsize=3,
+                    label=f"{name} (lag {a['lag']}, {len(a['seeds'])} seeds)")
+    ax.set(xlabel="training samples", ylabel="eval solve rate (mean ± s.e. across seeds)",
+           title="eval reward vs samples, across seeds")
+    ax.legend(fontsize=7)
+    return [_save(fig, out / "reward_vs_samples_mean.png")]
+
+
 def _smooth(xs: Sequence[float], k: int = 5) -> list[float]:
     return [sum(xs[max(0, i - k + 1): i + 1]) / len(xs[max(0, i - k + 1): i + 1]) for i in range(len(xs))]
 
