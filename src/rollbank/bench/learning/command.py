@@ -7,6 +7,8 @@
 Arms run in ``--parallel`` worker processes. Prints one JSON document (settings, warm-up,
 per-arm steps/evals, summaries, verdict) and writes it with the curves (PNG) to ``--out``.
 ``--quick``: a few steps of every arm (an integration smoke test, not a learning claim).
+``--engine vllm``: one run through the real loop instead (``rollbank train``: a vLLM server,
+sandboxes, the task's verifier, publication; :mod:`rollbank.bench.learning.real_loop`).
 See docs/learning.md.
 """
 
@@ -35,12 +37,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-steps", type=int, default=300, help="supervised warm-up steps")
     parser.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
     parser.add_argument("--eval-size", type=int, default=128, help="tasks in the eval set")
-    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="completion token budget (default 12 in-process, 16 with vLLM)")
     parser.add_argument("--tis-cap", type=float, default=2.0, help="token TIS cap C of the gated arm")
     parser.add_argument("--parallel", type=int, default=3, help="arms run at once (processes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per arm")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default runs/bench-learning-<time>)")
     parser.add_argument("--json", action="store_true", help="JSON only (the default output anyway)")
+    real = parser.add_argument_group("--engine vllm (the real loop: rollbank train)")
+    real.add_argument("--engine", choices=("inprocess", "vllm"), default="inprocess",
+                      help="inprocess: the arms sample from the trainer's weights; vllm: one run "
+                      "of the real loop (vLLM server, sandboxes, verifier, publication)")
+    real.add_argument("--mode", choices=("sync", "async"), default="sync",
+                      help="vllm: loop mode (async uses --lag as loop.max_lag)")
+    real.add_argument("--publisher", choices=("direct", "checkpoint", "lora"), default="direct",
+                      help="vllm: weight publication pattern (lora trains a LoRA adapter)")
+    real.add_argument("--gated", action="store_true",
+                      help="vllm: the divergence gate in collection + token TIS in the loss")
+    real.add_argument("--levels", default="1,2,3", help="vllm: task levels (comma-separated)")
+    real.add_argument("--pool-size", type=int, default=400,
+                      help="vllm: distinct training tasks (task folders; none in the eval set)")
+    real.add_argument("--eval-samples", type=int, default=4,
+                      help="vllm: attempts per held-out eval task")
+    real.add_argument("--sandbox-slots", type=int, default=12, help="vllm: sandboxes at once")
 
 
 def _ints(text: str) -> list[int]:
@@ -124,6 +143,21 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.seed = (_ints(args.seeds) or [0])[0]
+    if args.engine == "vllm":
+        from rollbank.bench.learning.real_loop import measure_vllm
+
+        if args.max_new_tokens is None:
+            args.max_new_tokens = 16
+        if args.quick:
+            args.steps, args.prompts, args.group_size = 2, 2, 4
+            args.eval_size, args.eval_samples, args.pool_size, args.eval_every = 16, 1, 16, 1
+            args.warmup_steps = 20
+        doc = measure_vllm(args)
+        print(json.dumps({k: v for k, v in doc.items() if k not in ("steps", "batches")}, indent=2))
+        return 0
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 12
     doc = measure(args)
     print(json.dumps({k: v for k, v in doc.items() if k != "arms"}, indent=2))
     return 0
