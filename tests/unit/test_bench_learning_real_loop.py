@@ -58,9 +58,7 @@ def test_training_pool_holds_out_the_eval_set() -> None:
 def _args(*extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
-    args = parser.parse_args(["--engine", "vllm", "--max-new-tokens", "16", *extra])
-    args.seed = 0
-    return args
+    return command.vllm_args(parser.parse_args(["--engine", "vllm", *extra]))
 
 
 @pytest.mark.parametrize("extra", [
@@ -74,6 +72,7 @@ def test_overrides_make_a_valid_train_config(tmp_path: Path, extra: tuple[str, .
     assert cfg.trainer.model == cfg.collect.inference.managed.model == str(tmp_path / "m")
     assert cfg.collect.scheduler.num_batches == cfg.loop.steps == 3
     assert cfg.collect.answer_line.temperature == cfg.trainer.temperature == 1.0
+    assert cfg.collect.answer_line.max_tokens == 16
     assert cfg.loop.publisher == args.publisher and cfg.loop.mode == args.mode
     if args.gated:
         assert cfg.collect.staleness.collection.enabled

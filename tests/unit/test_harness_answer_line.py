@@ -7,7 +7,12 @@ from pathlib import Path
 from rollbank.bench.learning.task_folders import write_task
 from rollbank.bench.learning.tasks import AdditionTask
 from rollbank.collect_config import CollectConfig, make_harness_for
-from rollbank.episodes.harnesses import ActionKind, AnswerLineConfig, AnswerLineHarness, make_harness
+from rollbank.episodes.harnesses import (
+    ActionKind,
+    AnswerLineConfig,
+    AnswerLineHarness,
+    make_harness,
+)
 from rollbank.sandbox.protocol import ExecResult
 from rollbank.tasks.loader import load_task
 

@@ -95,7 +95,7 @@ def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]
     settings = {
         "steps": steps, "prompts": 4 if args.quick else args.prompts,
         "group_size": 4 if args.quick else args.group_size, "lr": args.lr,
-        "max_new_tokens": args.max_new_tokens, "eval_every": 1 if args.quick else args.eval_every,
+        "max_new_tokens": 12 if args.max_new_tokens is None else args.max_new_tokens, "eval_every": 1 if args.quick else args.eval_every,
         "eval_size": 16 if args.quick else args.eval_size, "threads": args.threads,
         "tis_cap": args.tis_cap,
     }
@@ -142,22 +142,26 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
-def run(args: argparse.Namespace) -> int:
+def vllm_args(args: argparse.Namespace) -> argparse.Namespace:
+    """``--engine vllm``: its defaults, the run's seed (the first of ``--seeds``) and the
+    ``--quick`` sizes (2 sync steps of 2 groups x 4, 16 eval tasks, a 20-step warm-up)."""
     args.seed = (_ints(args.seeds) or [0])[0]
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 16
+    if args.quick:
+        args.steps, args.prompts, args.group_size = 2, 2, 4
+        args.eval_size, args.eval_samples, args.pool_size, args.eval_every = 16, 1, 16, 1
+        args.warmup_steps = 20
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         from rollbank.bench.learning.real_loop import measure_vllm
 
-        if args.max_new_tokens is None:
-            args.max_new_tokens = 16
-        if args.quick:
-            args.steps, args.prompts, args.group_size = 2, 2, 4
-            args.eval_size, args.eval_samples, args.pool_size, args.eval_every = 16, 1, 16, 1
-            args.warmup_steps = 20
-        doc = measure_vllm(args)
+        doc = measure_vllm(vllm_args(args))
         print(json.dumps({k: v for k, v in doc.items() if k not in ("steps", "batches")}, indent=2))
         return 0
-    if args.max_new_tokens is None:
-        args.max_new_tokens = 12
     doc = measure(args)
     print(json.dumps({k: v for k, v in doc.items() if k != "arms"}, indent=2))
     return 0

@@ -13,6 +13,8 @@ Held-out evaluation: the bench's in-process evaluator (HF ``generate`` from a we
 :func:`~rollbank.bench.learning.policy.sample`, exact-format verifier) on a fixed task set
 that the training pool excludes, for the warmed start (version 0) and for the saved versions
 ``weights/vNNNNNN`` every ``--eval-every`` steps and the last. Same seed for every version.
+The same evaluation on as many tasks of the training pool (``train_evals``) separates
+learning the trained tasks from generalising to unseen ones.
 """
 
 from __future__ import annotations
@@ -145,6 +147,9 @@ def plot(doc: dict[str, Any], path: Path) -> str:
                label="train reward (batch mean)")
     ax[0].plot([e["version"] for e in doc["evals"]], [e["solve_rate"] for e in doc["evals"]],
                marker="s", label="held-out eval solve rate")
+    ax[0].plot([e["version"] for e in doc["train_evals"]],
+               [e["solve_rate"] for e in doc["train_evals"]], marker="^",
+               label="eval on training-pool tasks")
     ax[0].set(xlabel="version (optimizer steps)", ylabel="reward",
               title=f"real loop: vLLM + sandboxes, {doc['settings']['mode']}, "
                     f"{doc['settings']['publisher']}")
@@ -188,11 +193,14 @@ def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
              for s in summary["steps"]]
     final = summary["final_version"]
     eval_versions = sorted({0, final, *range(args.eval_every, final + 1, args.eval_every)})
-    evals = []
+    trained = pool[: len(held)]  # in-distribution: tasks of the training pool, as many as held out
+    evals, train_evals = [], []
     for v in eval_versions:
         wdir = model_dir if v == 0 else out / "train" / "weights" / f"v{v:06d}"
         evals.append(evaluate(wdir, held, args.eval_samples, args.max_new_tokens, v))
-        log(f"eval v{v}: {evals[-1]['solve_rate']:.3f} {evals[-1]['by_level']}")
+        train_evals.append(evaluate(wdir, trained, args.eval_samples, args.max_new_tokens, v))
+        log(f"eval v{v}: held-out {evals[-1]['solve_rate']:.3f} {evals[-1]['by_level']}, "
+            f"training tasks {train_evals[-1]['solve_rate']:.3f}")
     rewards = [s["reward_mean"] for s in steps]
     half = len(rewards) // 2
     doc: dict[str, Any] = {
@@ -207,13 +215,15 @@ def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
         "run_seconds": run_s, "setup_seconds": summary.get("setup_s"),
         "final_version": final, "served_version": summary["served_version"],
         "stale_batches": len(summary["stale"]), "steps": steps,
-        "batches": batch_versions(out / "train"), "evals": evals,
+        "batches": batch_versions(out / "train"), "evals": evals, "train_evals": train_evals,
         "summary": {
             "train_reward_first_half": sum(rewards[:half]) / half if half else None,
             "train_reward_second_half": (sum(rewards[half:]) / (len(rewards) - half)
                                          if len(rewards) > half else None),
             "eval_start": evals[0]["solve_rate"], "eval_final": evals[-1]["solve_rate"],
             "eval_start_by_level": evals[0]["by_level"], "eval_final_by_level": evals[-1]["by_level"],
+            "train_tasks_eval_start": train_evals[0]["solve_rate"],
+            "train_tasks_eval_final": train_evals[-1]["solve_rate"],
         },
         "out": str(out),
     }
