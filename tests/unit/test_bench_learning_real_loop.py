@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from rollbank.bench.learning import command
-from rollbank.bench.learning.real_loop import held_out_split, loop_overrides
+from rollbank.bench.learning.real_loop import held_out_split, loop_overrides, steps_from_run
 from rollbank.bench.learning.task_folders import folder_name, unique, write_suite, write_task
 from rollbank.bench.learning.tasks import AdditionTask
 from rollbank.tasks.loader import load_tasks
@@ -80,3 +81,20 @@ def test_overrides_make_a_valid_train_config(tmp_path: Path, extra: tuple[str, .
         assert cfg.trainer.ratio_against == "recompute" and cfg.loop.max_lag == 1
     if args.publisher == "lora":
         assert cfg.trainer.finetune == "lora" and cfg.collect.inference.managed.enable_lora
+
+
+def test_steps_from_run_joins_publications_and_counts_stale(tmp_path: Path) -> None:
+    recs = [
+        {"kind": "step", "version": 1, "batch_index": 0, "reward_mean": 0.25, "policy_age": 0,
+         "versions": {"0": 10}},
+        {"kind": "publication", "version": 1, "publication_s": 0.5, "apply_pause_s": 0.1},
+        {"kind": "stale", "batch_index": 1, "policy_age": 3},
+        {"kind": "step", "version": 2, "batch_index": 2, "reward_mean": 0.5, "policy_age": 1,
+         "versions": {"1": 10}},
+    ]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    steps, final, served, stale = steps_from_run(tmp_path)
+    assert [s["version"] for s in steps] == [1, 2]
+    assert (steps[0]["publication_s"], steps[0]["apply_pause_s"]) == (0.5, 0.1)
+    assert steps[1]["publication_s"] is None  # version 2 was never served (the run stopped)
+    assert (final, served, stale) == (2, 1, 1)

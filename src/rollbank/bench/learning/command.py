@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     real.add_argument("--eval-samples", type=int, default=4,
                       help="vllm: attempts per held-out eval task")
     real.add_argument("--sandbox-slots", type=int, default=12, help="vllm: sandboxes at once")
+    real.add_argument("--report-only", action="store_true",
+                      help="vllm: do not run; evaluate and report the run already in --out "
+                      "(e.g. one that stopped with an error)")
 
 
 def _ints(text: str) -> list[int]:

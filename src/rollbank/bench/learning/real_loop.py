@@ -165,7 +165,27 @@ def plot(doc: dict[str, Any], path: Path) -> str:
     return path.name
 
 
+def steps_from_run(train_dir: Path) -> tuple[list[dict[str, Any]], int, int, int]:
+    """Per-step records of a run folder's ``train.jsonl`` (publication latency and pause joined
+    by version), the trainer's and the served version, and the stale batches dropped. Read
+    from the file, not the loop's summary, so a run that stopped with an error is reported."""
+    records = [json.loads(line) for line in (train_dir / "train.jsonl").read_text().splitlines()
+               if line.strip()]
+    pubs = {r["version"]: r for r in records if r.get("kind") == "publication"}
+    keys = ("version", "batch_index", "reward_mean", "loss", "policy_age", "versions",
+            "trajectories", "train_s", "step_s", "done_s")
+    steps = []
+    for r in records:
+        if r.get("kind") == "step":
+            p = pubs.get(r["version"], {})
+            steps.append({k: r.get(k) for k in keys} | {
+                "publication_s": p.get("publication_s"), "apply_pause_s": p.get("apply_pause_s")})
+    final = max((s["version"] for s in steps), default=0)
+    return steps, final, max(pubs, default=0), sum(r.get("kind") == "stale" for r in records)
+
+
 def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the loop (unless ``--report-only``), evaluate the saved versions, write the JSON."""
     from rollbank.bench.learning.task_folders import write_suite
     from rollbank.bench.learning.warmup import warm_up
     from rollbank.config import cache_dir
@@ -181,17 +201,19 @@ def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
     levels = tuple(int(x) for x in args.levels.split(","))
     held, pool = held_out_split(levels, args.eval_size, args.pool_size, args.seed)
     suite = write_suite(cache_dir() / "learning" / "suites", "train", pool)
-    config = load_train_config(None, loop_overrides(args, model_dir, suite, out / "train"))
     load_before = os.getloadavg()
-    t0 = time.perf_counter()
-    result = asyncio.run(run_train(config, progress=log))
-    run_s = time.perf_counter() - t0
-    summary = result.summary
-    steps = [{k: s.get(k) for k in ("version", "batch_index", "reward_mean", "loss", "policy_age",
-                                    "versions", "trajectories", "train_s", "step_s",
-                                    "publication_s", "apply_pause_s", "done_s")}
-             for s in summary["steps"]]
-    final = summary["final_version"]
+    run_s: float | None = None
+    error: str | None = None
+    if not args.report_only:
+        config = load_train_config(None, loop_overrides(args, model_dir, suite, out / "train"))
+        t0 = time.perf_counter()
+        try:
+            asyncio.run(run_train(config, progress=log))
+        except Exception as exc:  # the run stopped: report what it did, with the error
+            error = f"{type(exc).__name__}: {exc}"
+            log(f"the loop stopped: {error}")
+        run_s = time.perf_counter() - t0
+    steps, final, served, stale = steps_from_run(out / "train")
     eval_versions = sorted({0, final, *range(args.eval_every, final + 1, args.eval_every)})
     trained = pool[: len(held)]  # in-distribution: tasks of the training pool, as many as held out
     evals, train_evals = [], []
@@ -210,11 +232,10 @@ def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
                        "verified by the task's tests/test.sh in the sandbox",
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                      if k not in ("func",)},
-        "train_pool": len(pool), "eval_tasks": len(held),
+        "train_pool": len(pool), "eval_tasks": len(held), "error": error,
         "load_average": {"before": list(load_before), "after": list(os.getloadavg())},
-        "run_seconds": run_s, "setup_seconds": summary.get("setup_s"),
-        "final_version": final, "served_version": summary["served_version"],
-        "stale_batches": len(summary["stale"]), "steps": steps,
+        "run_seconds": run_s, "final_version": final, "served_version": served,
+        "stale_batches": stale, "steps": steps,
         "batches": batch_versions(out / "train"), "evals": evals, "train_evals": train_evals,
         "summary": {
             "train_reward_first_half": sum(rewards[:half]) / half if half else None,
