@@ -98,3 +98,11 @@ def test_steps_from_run_joins_publications_and_counts_stale(tmp_path: Path) -> N
     assert (steps[0]["publication_s"], steps[0]["apply_pause_s"]) == (0.5, 0.1)
     assert steps[1]["publication_s"] is None  # version 2 was never served (the run stopped)
     assert (final, served, stale) == (2, 1, 1)
+
+
+def test_answer_line_sampling_temperature_must_be_the_trainers() -> None:
+    from rollbank.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="collect.answer_line.temperature"):
+        load_train_config(None, {"collect.harness": "answer-line", "trainer.temperature": 1.0,
+                                 "collect.answer_line.temperature": 0.5})
