@@ -103,6 +103,6 @@ def test_steps_from_run_joins_publications_and_counts_stale(tmp_path: Path) -> N
 def test_answer_line_sampling_temperature_must_be_the_trainers() -> None:
     from rollbank.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="collect.answer_line.temperature"):
+    with pytest.raises(ConfigError, match=r"collect\.answer_line\.temperature"):
         load_train_config(None, {"collect.harness": "answer-line", "trainer.temperature": 1.0,
                                  "collect.answer_line.temperature": 0.5})
