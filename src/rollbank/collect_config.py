@@ -15,6 +15,8 @@ from pydantic import Field, model_validator
 from rollbank.config import Origins, Section, apply_overrides, read_toml, validate
 from rollbank.episodes.config import RunnerConfig, SandboxSection
 from rollbank.episodes.harnesses import (
+    AnswerLineConfig,
+    AnswerLineHarness,
     FencedShellConfig,
     FencedShellHarness,
     Harness,
@@ -110,12 +112,17 @@ class CollectConfig(Section):
         "k runs task k mod len(tasks)",
     )
     output: str = Field(default="runs/collect", description="output folder (batches, events, report)")
-    harness: Literal["fenced-shell", "terminus-2"] = Field(
-        default="fenced-shell", description="agent protocol"
+    harness: Literal["fenced-shell", "terminus-2", "answer-line"] = Field(
+        default="fenced-shell", description="agent protocol ('answer-line': the instruction is "
+        "the prompt and the one completion the command, for a model fitted to that format)"
     )
     fenced_shell: FencedShellConfig = Field(
         default_factory=lambda: FencedShellConfig.model_validate({}),
         description="fenced-shell harness settings (tokens per turn, temperature)",
+    )
+    answer_line: AnswerLineConfig = Field(
+        default_factory=lambda: AnswerLineConfig.model_validate({}),
+        description="answer-line harness settings (tokens, temperature)",
     )
     terminus2: Terminus2Config = Field(
         default_factory=lambda: Terminus2Config.model_validate({}),
@@ -154,6 +161,8 @@ class CollectConfig(Section):
 def make_harness_for(config: CollectConfig) -> Harness:
     if config.harness == "terminus-2":
         return Terminus2Harness(config.terminus2)
+    if config.harness == "answer-line":
+        return AnswerLineHarness(config.answer_line)
     return FencedShellHarness(config.fenced_shell)
 
 

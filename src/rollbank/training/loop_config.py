@@ -144,11 +144,12 @@ class TrainConfig(Section):
                 not managed.enable_lora or managed.max_lora_rank < self.trainer.lora.rank):
             raise ValueError(f"loop.publisher = 'lora' needs collect.inference.managed.enable_lora = true "
                              f"and max_lora_rank >= trainer.lora.rank ({self.trainer.lora.rank})")
-        fs = self.collect.fenced_shell
-        if self.collect.harness == "fenced-shell" and fs.temperature > 0 and \
-                abs(fs.temperature - self.trainer.temperature) > 1e-9:
+        sampled = {"fenced-shell": ("fenced_shell", self.collect.fenced_shell.temperature),
+                   "answer-line": ("answer_line", self.collect.answer_line.temperature)}
+        section, temp = sampled.get(self.collect.harness, ("", 0.0))
+        if temp > 0 and abs(temp - self.trainer.temperature) > 1e-9:
             raise ValueError(f"trainer.temperature ({self.trainer.temperature}) must be the sampling "
-                             f"temperature (collect.fenced_shell.temperature = {fs.temperature})")
+                             f"temperature (collect.{section}.temperature = {temp})")
         if self.collect.scheduler.num_batches != self.loop.steps:
             raise ValueError(f"collect.scheduler.num_batches ({self.collect.scheduler.num_batches}) "
                              f"must equal loop.steps ({self.loop.steps}): one batch per step")

@@ -9,6 +9,8 @@ runs with the same settings (more seeds), and ``across_seeds`` aggregates every 
 (:mod:`rollbank.bench.learning.aggregate`). Arms run in ``--parallel`` worker processes. Prints one JSON document (settings, warm-up,
 per-arm steps/evals, summaries, verdict) and writes it with the curves (PNG) to ``--out``.
 ``--quick``: a few steps of every arm (an integration smoke test, not a learning claim).
+``--engine vllm``: one run through the real loop instead (``rollbank train``: a vLLM server,
+sandboxes, the task's verifier, publication; :mod:`rollbank.bench.learning.real_loop`).
 See docs/learning.md.
 """
 
@@ -42,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-steps", type=int, default=300, help="supervised warm-up steps")
     parser.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
     parser.add_argument("--eval-size", type=int, default=128, help="tasks in the eval set")
-    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="completion token budget (default 12 in-process, 16 with vLLM)")
     parser.add_argument("--tis-cap", type=float, default=2.0, help="token TIS cap C of the gated arm")
     parser.add_argument("--parallel", type=int, default=3, help="arms run at once (processes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per arm")
@@ -52,6 +55,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "summaries and the across-seed aggregate (repeatable; arms of a seed "
                              "run now win)")
     parser.add_argument("--json", action="store_true", help="JSON only (the default output anyway)")
+    real = parser.add_argument_group("--engine vllm (the real loop: rollbank train)")
+    real.add_argument("--engine", choices=("inprocess", "vllm"), default="inprocess",
+                      help="inprocess: the arms sample from the trainer's weights; vllm: one run "
+                      "of the real loop (vLLM server, sandboxes, verifier, publication)")
+    real.add_argument("--mode", choices=("sync", "async"), default="sync",
+                      help="vllm: loop mode (async uses --lag as loop.max_lag)")
+    real.add_argument("--publisher", choices=("direct", "checkpoint", "lora"), default="direct",
+                      help="vllm: weight publication pattern (lora trains a LoRA adapter)")
+    real.add_argument("--gated", action="store_true",
+                      help="vllm: the divergence gate in collection + token TIS in the loss")
+    real.add_argument("--levels", default="1,2,3", help="vllm: task levels (comma-separated)")
+    real.add_argument("--pool-size", type=int, default=400,
+                      help="vllm: distinct training tasks (task folders; none in the eval set)")
+    real.add_argument("--eval-samples", type=int, default=4,
+                      help="vllm: attempts per held-out eval task")
+    real.add_argument("--sandbox-slots", type=int, default=12, help="vllm: sandboxes at once")
+    real.add_argument("--report-only", action="store_true",
+                      help="vllm: do not run; evaluate and report the run already in --out "
+                      "(e.g. one that stopped with an error)")
 
 
 def _ints(text: str) -> list[int]:
@@ -91,7 +113,7 @@ def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]
     settings = {
         "steps": steps, "prompts": 4 if args.quick else args.prompts,
         "group_size": 4 if args.quick else args.group_size, "lr": args.lr,
-        "max_new_tokens": args.max_new_tokens, "eval_every": 1 if args.quick else args.eval_every,
+        "max_new_tokens": 12 if args.max_new_tokens is None else args.max_new_tokens, "eval_every": 1 if args.quick else args.eval_every,
         "eval_size": 16 if args.quick else args.eval_size, "threads": args.threads,
         "tis_cap": args.tis_cap,
     }
@@ -180,7 +202,26 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+def vllm_args(args: argparse.Namespace) -> argparse.Namespace:
+    """``--engine vllm``: its defaults, the run's seed (the first of ``--seeds``) and the
+    ``--quick`` sizes (2 sync steps of 2 groups x 4, 16 eval tasks, a 20-step warm-up)."""
+    args.seed = (_ints(args.seeds) or [0])[0]
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 16
+    if args.quick:
+        args.steps, args.prompts, args.group_size = 2, 2, 4
+        args.eval_size, args.eval_samples, args.pool_size, args.eval_every = 16, 1, 16, 1
+        args.warmup_steps = 20
+    return args
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":
+        from rollbank.bench.learning.real_loop import measure_vllm
+
+        doc = measure_vllm(vllm_args(args))
+        print(json.dumps({k: v for k, v in doc.items() if k not in ("steps", "batches")}, indent=2))
+        return 0
     doc = measure(args)
     print(json.dumps({k: v for k, v in doc.items() if k != "arms"}, indent=2))
     return 0

@@ -2,6 +2,8 @@
 
 - :class:`FencedShellHarness`: few-shot fenced ```bash blocks and a DONE marker, for small
   base models (Gemma 3 270M base).
+- :class:`AnswerLineHarness`: the instruction is the prompt, the one completion the command
+  (a model fitted to a one-line action format: the learning bench's warmed-up tiny model).
 - :class:`Terminus2Harness`: Terminus-2 JSON turns, for models that follow instructions.
 
 See :mod:`rollbank.episodes.harnesses.base` for the :class:`Harness` protocol and the rules
@@ -10,6 +12,7 @@ every harness keeps (never raise on model output; bounded observations).
 
 from __future__ import annotations
 
+from rollbank.episodes.harnesses.answer_line import AnswerLineConfig, AnswerLineHarness
 from rollbank.episodes.harnesses.base import (
     DEFAULT_OBSERVATION_LIMIT,
     Action,
@@ -27,6 +30,8 @@ __all__ = [
     "DEFAULT_OBSERVATION_LIMIT",
     "Action",
     "ActionKind",
+    "AnswerLineConfig",
+    "AnswerLineHarness",
     "Command",
     "FencedShellConfig",
     "FencedShellHarness",
@@ -44,6 +49,8 @@ def make_harness(name: str) -> Harness:
     """A harness with default config by name: ``fenced-shell`` or ``terminus-2``."""
     if name == FencedShellHarness.name:
         return FencedShellHarness()
+    if name == AnswerLineHarness.name:
+        return AnswerLineHarness()
     if name == Terminus2Harness.name:
         return Terminus2Harness()
-    raise ValueError(f"unknown harness {name!r}; known: fenced-shell, terminus-2")
+    raise ValueError(f"unknown harness {name!r}; known: fenced-shell, terminus-2, answer-line")
