@@ -127,8 +127,9 @@ class DirectPublisher:
     def _step(self, path: Path, layout: ShmLayout, version: int, steps: dict[str, float],
               *, staged: bool) -> Step:
         """The apply step on one server (inside the pause). ``staged``: the session is open
-        and the buffer copied: load it + finalize (a worker round trip), name the version
-        (``/update_weight_version``: engine core only); the session is closed after the resume.
+        and the update prepared: install it (a worker round trip: a swap, or a reload of the
+        copied buffer + finalize) and name the version (``/update_weight_version``: engine
+        core only), concurrently; the session is closed after the resume.
         Otherwise (rollback, or ``stage=False``): start, load from the file, finish naming the
         version (three worker round trips)."""
         by_url = {c.base_url: c for c in self.clients}
@@ -136,24 +137,35 @@ class DirectPublisher:
         async def step(fc: FleetClient) -> None:
             c = by_url[fc.base_url]
             t = self.clock.now()
-            if not staged:
-                with contextlib.suppress(Exception):  # a session left open by a failed apply
-                    await c.finish_weight_update(version=None)
-                await c.start_weight_update()
-                t = self._lap(steps, "start_route_s", t)
+            if staged:  # the swap and the label are independent: both go out at once
+                async def apply() -> None:
+                    await c.update_weights(self._info(path, layout, "apply"))
+                    self._lap(steps, "update_route_s", t)
+
+                async def label() -> None:
+                    await c.set_weight_version(version)
+                    self._lap(steps, "label_route_s", t)
+
+                results = await asyncio.gather(apply(), label(), return_exceptions=True)
+                failed = [r for r in results if isinstance(r, BaseException)]
+                if failed:  # the rollback step restores the weights and the previous label
+                    with contextlib.suppress(Exception):
+                        await c.finish_weight_update(version=None)
+                    raise failed[0]
+                return
+            with contextlib.suppress(Exception):  # a session left open by a failed apply
+                await c.finish_weight_update(version=None)
+            await c.start_weight_update()
+            t = self._lap(steps, "start_route_s", t)
             try:
-                await c.update_weights(self._info(path, layout, "apply" if staged else "load"))
+                await c.update_weights(self._info(path, layout, "load"))
             except BaseException:
                 with contextlib.suppress(Exception):  # close the engine's update session
                     await c.finish_weight_update(version=None)
                 raise
             t = self._lap(steps, "update_route_s", t)
-            if staged:  # the weights are final already; the session's end waits for the resume
-                await c.set_weight_version(version)
-                self._lap(steps, "label_route_s", t)
-            else:
-                await c.finish_weight_update(version=version)
-                self._lap(steps, "finish_route_s", t)
+            await c.finish_weight_update(version=version)
+            self._lap(steps, "finish_route_s", t)
 
         return step
 
