@@ -75,13 +75,22 @@ def _pct(xs: list[float], q: float) -> float | None:
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """p50/p95 per measure. ``apply_pause_s`` runs from the pause *request* to the resume's
+    answer, so it includes the wait for the engine step in progress (still generating);
+    ``after_pause_ack_s`` starts at the pause's answer (the engine has stopped) instead.
+    ``steps_p50_s``: the median of every step of ``steps_s`` (the in-pause breakdown)."""
     pub = [float(r["publication_s"]) for r in records]
     pause = [float(r["apply_pause_s"]) for r in records]
+    acked = [float(r["apply_pause_s"]) - float(r["steps_s"].get("pause_s", 0.0)) for r in records]
     toks = [float(r["tokens_during"]) for r in records]
+    names = sorted({k for r in records for k in r["steps_s"] if k.endswith("_s")})
     return {
         "n": len(records),
         "publication_s": {"p50": _pct(pub, 0.5), "p95": _pct(pub, 0.95)},
         "apply_pause_s": {"p50": _pct(pause, 0.5), "p95": _pct(pause, 0.95)},
+        "after_pause_ack_s": {"p50": _pct(acked, 0.5), "p95": _pct(acked, 0.95)},
+        "steps_p50_s": {k: _pct([float(r["steps_s"][k]) for r in records if k in r["steps_s"]], 0.5)
+                        for k in names},
         "tokens_during_publication": {"p50": _pct(toks, 0.5), "p95": _pct(toks, 0.95)},
         "bytes": records[0]["bytes"] if records else 0,
         "failed": sum(not r["ok"] for r in records),
