@@ -2,7 +2,8 @@
 
 The engine runs in this test process; publications hand it the tensors by reference. Its
 sampled-token log-probs must equal an fp32 transformers forward of the published weights,
-and restoring the base weights restores the base greedy outputs.
+and restoring the base weights restores the base greedy outputs. Publications prepare the
+update on a shadow of the model first (staged reload): preparing alone changes no output.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ def test_colocated_publication_serves_exactly_the_new_weights(engine: ColocatedE
     before_ids, before_lp = run(engine, 0.0)
     g = torch.Generator().manual_seed(11)
     new = {n: t + 0.04 * torch.randn(t.shape, generator=g) if "norm" not in n else t for n, t in base.items()}
+    # an update prepared beside the serving model changes nothing until it is swapped in
+    engine.stage_weights(list(new.items()))
+    staged_ids, staged_lp = run(engine, 0.0)
+    assert staged_ids == before_ids and np.allclose(staged_lp, before_lp, atol=1e-5)
+    engine.discard_staged()
     rec = asyncio.run(pub.publish(WeightUpdate(tensors=new), version=1))
     assert engine.engine_version() == 1 and rec.serving == {"colocated": 1}
     ids, lp = run(engine, 1.0)

@@ -54,6 +54,7 @@ class FakeEngine:
         self.path = ""
         self.session = False
         self.staged: dict[str, Any] = {}
+        self.prepared: list[bool] = []  # the stage phase's "prepare" flag, per publication
 
     def _call(self, what: str) -> None:
         if self.dead:
@@ -107,6 +108,7 @@ class FakeEngine:
         got = {n: t.clone() for n, t in views(buf, layout)}
         if phase == "stage":
             self.staged = got
+            self.prepared.append(bool(update_info["extra"].get("prepare", True)))
             return
         assert self.paused  # the weights change only while generation is stopped
         if self.fail_update:
@@ -199,6 +201,14 @@ async def test_direct_safe_order_compact_and_versions(tmp_path: Path) -> None:
         assert torch.equal(e.weights["model.layers.0.self_attn.k_proj.weight"],
                            new["model.layers.0.self_attn.k_proj.weight"])
     assert pub.version == 3 and pub.fleet.gate.is_open
+    assert [e.prepared for e in engines] == [[True], [True]]  # the worker reloads before the pause
+    await pub.aclose()
+
+
+async def test_direct_prepare_false_asks_only_for_the_buffer_copy(tmp_path: Path) -> None:
+    engines, _, pub = fleet_of(1, tmp_path, plan="pause", prepare=False)
+    rec = await pub.publish(WeightUpdate(tensors={n: t + 1 for n, t in base_weights().items()}), version=1)
+    assert rec.ok and engines[0].prepared == [False] and engines[0].version == 1
     await pub.aclose()
 
 
@@ -311,11 +321,33 @@ class FakeInProcess:
         self.version = 0
         self.loads = 0
         self.fail_on_load = -1
+        self.staged: list[tuple[str, Any]] | None = None
+        self.fail_stage = False
+        self.fail_swap = False
+        self.holds = 0
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
         with self.lock:
+            self.holds += 1
             yield
+
+    def stage_weights(self, pairs: Sequence[tuple[str, Any]]) -> None:
+        assert not self.lock.locked()  # prepared while the engine still generates
+        if self.fail_stage:
+            raise RuntimeError("staging failed")
+        self.staged = list(pairs)
+
+    def swap_staged(self) -> None:
+        assert self.lock.locked() and self.staged is not None
+        pairs, self.staged = self.staged, None
+        for i, (n, t) in enumerate(pairs):
+            if self.fail_swap and i == 1:
+                raise RuntimeError("swap failed halfway")
+            self.weights[n] = t
+
+    def discard_staged(self) -> None:
+        self.staged = None
 
     def load_weights(self, pairs: Sequence[tuple[str, Any]]) -> None:
         assert self.lock.locked()
@@ -341,7 +373,7 @@ class FakeInProcess:
 async def test_colocated_publish_and_rollback_on_a_failed_load() -> None:
     base = base_weights()
     eng = FakeInProcess(base)
-    pub = ColocatedPublisher(eng, served_of(base), compact=False)
+    pub = ColocatedPublisher(eng, served_of(base), compact=False, stage=False)
     new = {n: t * 2 for n, t in base.items()}
     rec = await pub.publish(WeightUpdate(tensors=new), version=1)
     assert rec.ok and eng.version == 1 and torch.equal(eng.weights["model.embed_tokens.weight"],
@@ -354,6 +386,28 @@ async def test_colocated_publish_and_rollback_on_a_failed_load() -> None:
     assert all(torch.equal(eng.weights[n], new[n]) for n in base)  # v1 weights, not a mix
     with pytest.raises(ConfigError):
         ColocatedPublisher(eng, served_of(base), plan="finish")
+
+
+async def test_colocated_staged_update_is_prepared_outside_the_hold_and_swapped_inside() -> None:
+    base = base_weights()
+    eng = FakeInProcess(base)
+    pub = ColocatedPublisher(eng, served_of(base), compact=False)
+    new = {n: t * 2 for n, t in base.items()}
+    rec = await pub.publish(WeightUpdate(tensors=new), version=1)
+    assert rec.ok and eng.version == 1 and eng.loads == 0 and eng.staged is None
+    assert all(torch.equal(eng.weights[n], new[n]) for n in base) and "stage_s" in rec.steps_s
+    # a failed stage: nothing held, nothing touched
+    eng.fail_stage = True
+    with pytest.raises(PublicationError) as info:
+        await pub.publish(WeightUpdate(tensors={n: t * 3 for n, t in base.items()}), version=2)
+    assert info.value.serving == {"colocated": 1} and eng.holds == 1 and pub.version == 1
+    assert all(torch.equal(eng.weights[n], new[n]) for n in base)
+    # a swap failing halfway: rolled back to v1 by a reload of the previous values
+    eng.fail_stage, eng.fail_swap = False, True
+    with pytest.raises(PublicationError):
+        await pub.publish(WeightUpdate(tensors={n: t * 4 for n, t in base.items()}), version=3)
+    assert eng.version == 1 and eng.loads == 1
+    assert all(torch.equal(eng.weights[n], new[n]) for n in base)
 
 
 async def test_lora_failed_load_unloads_and_never_pauses(tmp_path: Path) -> None:

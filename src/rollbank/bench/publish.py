@@ -6,8 +6,12 @@ while ``--load`` generation loops keep the engine busy, and report p50/p95 of th
 latency (new weights ready -> engine serving them), the apply pause (generation stopped) and
 the tokens the engine generated during each publication. Full-model updates send every
 tensor (no compaction); LoRA updates are new random adapters of rank 8. Variants
-(``direct-unstaged``, ``direct-salted``, ``checkpoint-salted``) run in the same session so a
-before/after comparison shares the machine's load; each record's ``steps_s`` splits the pause.
+(``direct-unstaged``, ``direct-reload``, ``direct-salted``, ``checkpoint-salted``,
+``colocated-reload``) run in the same session so a before/after comparison shares the
+machine's load; each record's ``steps_s`` splits the pause (trainer side); with
+``--server-logs`` the worker's own ``rollbank_shm`` timings are added as ``worker_log``. The
+host's load average is recorded at the start and end of every pattern (a loaded host's
+timings are not an idle host's).
 """
 
 from __future__ import annotations
@@ -31,8 +35,13 @@ PATTERN_PLANS: dict[str, tuple[str, ...]] = {
     "lora": ("finish", "abort"),
     "colocated": ("pause", "abort"),
     # variants, for before/after comparisons in one run:
-    # direct-unstaged: the earlier order (start + load from /dev/shm + finish all in the pause)
+    # direct-unstaged: the earliest order (start + load from /dev/shm + finish all in the pause)
     "direct-unstaged": ("pause",),
+    # direct-reload: buffer copied into the worker before the pause, the live model reloaded in
+    # it (the order before the worker-side staged reload; "direct" now swaps a prepared shadow)
+    "direct-reload": ("pause",),
+    # colocated-reload: the live model reloaded under the lock (no staged reload)
+    "colocated-reload": ("pause",),
     # *-salted: requests carry cache_salt = their weight version and the pause plan skips the
     # prefix-cache reset (a new version never hits an older version's blocks)
     "direct-salted": ("pause",),
@@ -66,13 +75,22 @@ def _pct(xs: list[float], q: float) -> float | None:
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """p50/p95 per measure. ``apply_pause_s`` runs from the pause *request* to the resume's
+    answer, so it includes the wait for the engine step in progress (still generating);
+    ``after_pause_ack_s`` starts at the pause's answer (the engine has stopped) instead.
+    ``steps_p50_s``: the median of every step of ``steps_s`` (the in-pause breakdown)."""
     pub = [float(r["publication_s"]) for r in records]
     pause = [float(r["apply_pause_s"]) for r in records]
+    acked = [float(r["apply_pause_s"]) - float(r["steps_s"].get("pause_s", 0.0)) for r in records]
     toks = [float(r["tokens_during"]) for r in records]
+    names = sorted({k for r in records for k in r["steps_s"] if k.endswith("_s")})
     return {
         "n": len(records),
         "publication_s": {"p50": _pct(pub, 0.5), "p95": _pct(pub, 0.95)},
         "apply_pause_s": {"p50": _pct(pause, 0.5), "p95": _pct(pause, 0.95)},
+        "after_pause_ack_s": {"p50": _pct(acked, 0.5), "p95": _pct(acked, 0.95)},
+        "steps_p50_s": {k: _pct([float(r["steps_s"][k]) for r in records if k in r["steps_s"]], 0.5)
+                        for k in names},
         "tokens_during_publication": {"p50": _pct(toks, 0.5), "p95": _pct(toks, 0.95)},
         "bytes": records[0]["bytes"] if records else 0,
         "failed": sum(not r["ok"] for r in records),
@@ -162,11 +180,13 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                 elif pattern.startswith("direct"):
                     served.commit(base)
                     pub = DirectPublisher([client], served, plan=plan_t, compact=False,
-                                          version=version, stage=pattern != "direct-unstaged")
+                                          version=version, stage=pattern != "direct-unstaged",
+                                          prepare=pattern != "direct-reload")
                 else:
                     pub = LoraPublisher([client], plan=plan_t, version=version, max_rank=8,
                                         prefix=f"bench-{plan}")
                 pub.fleet.keep_kv = salted
+                load_start = _loadavg()
                 stop.clear()
                 loops = [asyncio.create_task(load_loop(i)) for i in range(args.load)]
                 records = []
@@ -203,12 +223,27 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                 client.salt_by_version = False
                 results[f"{pattern}/{plan}"] = {"pattern": pattern, "plan": plan, "cache_salt": salted,
                                                 "update": "lora" if pattern == "lora" else "full",
+                                                "loadavg": {"start": load_start, "end": _loadavg()},
                                                 **summarize(records), "records": records}
         # leave the base weights (the server stops anyway)
     return results
 
 
-def _colocated(args: argparse.Namespace, plans: list[str] | None) -> dict[str, Any]:
+def _loadavg() -> list[float]:
+    import os
+
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _worker_log(logs: Path | None) -> list[str]:
+    """The worker's ``rollbank_shm`` lines (its own timings) from the managed server's logs."""
+    if logs is None or not logs.exists():
+        return []
+    return [line.strip() for f in sorted(logs.rglob("*.log"))
+            for line in f.read_text(errors="replace").splitlines() if "rollbank_shm:" in line]
+
+
+def _colocated(args: argparse.Namespace, patterns: list[str], plans: list[str] | None) -> dict[str, Any]:
     import vllm
 
     from rollbank.inference.models import ensure_model
@@ -224,11 +259,13 @@ def _colocated(args: argparse.Namespace, plans: list[str] | None) -> dict[str, A
     served = ServedWeights.from_checkpoint(model_dir)
     base = dict(served.tensors)
     results: dict[str, Any] = {}
-    for plan in plans or PATTERN_PLANS["colocated"]:
-        if plan not in PATTERN_PLANS["colocated"]:
+    for pattern, plan in [(pt, pl) for pt in patterns for pl in plans or PATTERN_PLANS[pt]]:
+        if plan not in PATTERN_PLANS[pattern]:
             continue
         served.commit(base)
-        pub = ColocatedPublisher(engine, served, plan=cast("InflightPlan", plan), compact=False)
+        pub = ColocatedPublisher(engine, served, plan=cast("InflightPlan", plan), compact=False,
+                                 stage=pattern != "colocated-reload")
+        load_start = _loadavg()
         stop = threading.Event()
 
         def load(i: int, stop: threading.Event = stop) -> None:
@@ -254,12 +291,14 @@ def _colocated(args: argparse.Namespace, plans: list[str] | None) -> dict[str, A
         finally:
             stop.set()
             th.join()
-        results[f"colocated/{plan}"] = {"pattern": "colocated", "plan": plan, "update": "full",
+        results[f"{pattern}/{plan}"] = {"pattern": pattern, "plan": plan, "update": "full",
+                                        "loadavg": {"start": load_start, "end": _loadavg()},
                                         **summarize(records), "records": records}
     return results
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
     import tempfile
 
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
@@ -268,13 +307,18 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"unknown patterns {sorted(unknown)}; choose from {sorted(PATTERN_PLANS)}")
     plans = [p.strip() for p in args.plans.split(",")] if args.plans else None
     report: dict[str, Any] = {"model": args.model, "load": args.load, "max_tokens": args.max_tokens,
-                              "publications": args.publications, "results": {}}
+                              "publications": args.publications,
+                              "host": {"cpus": os.cpu_count(), "loadavg_start": _loadavg()}, "results": {}}
     with tempfile.TemporaryDirectory(prefix="rollbank-bench-publish-") as tmp:
-        remote = [p for p in patterns if p != "colocated"]
+        remote = [p for p in patterns if not p.startswith("colocated")]
         if remote:
             report["results"].update(asyncio.run(_remote(args, remote, plans, Path(tmp))))
-        if "colocated" in patterns:
-            report["results"].update(_colocated(args, plans))
+        local = [p for p in patterns if p.startswith("colocated")]
+        if local:
+            report["results"].update(_colocated(args, local, plans))
+    report["host"]["loadavg_end"] = _loadavg()
+    if lines := _worker_log(args.server_logs):
+        report["worker_log"] = lines
     text = json.dumps(report, indent=2, default=str)
     print(text)
     if args.out is not None:

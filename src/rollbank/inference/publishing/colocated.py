@@ -3,10 +3,13 @@
 :class:`ColocatedEngine` runs ``vllm.LLM`` inside the trainer's process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: engine core and worker are in this process too), and
 steps it itself, one engine step at a time under a lock. :class:`ColocatedPublisher` applies
-an update between two steps: it takes the lock (generation stops), hands the worker the
-``(name, tensor)`` pairs through ``collective_rpc("reload_weights", weights_iterator=...)``
-(same objects, no HTTP, no disk, no serialisation), names the version on the engine, resets
-the prefix cache and releases the lock. Apply pause = lock held.
+an update between two steps. With ``stage=True`` (default) it first reloads the
+``(name, tensor)`` pairs into a shadow of the worker's model while generation goes on
+(:mod:`~rollbank.inference.publishing.staged_reload`: same objects, no HTTP, no disk, no
+serialisation), then takes the lock (generation stops), swaps the prepared tensors in, names
+the version on the engine, resets the prefix cache and releases the lock. ``stage=False`` (the
+earlier order) reloads the live model under the lock through
+``collective_rpc("reload_weights", weights_iterator=...)``. Apply pause = lock held.
 
 In-flight plans: ``pause`` (default; running requests continue after the swap, their KV is
 recomputed and their later tokens come from the new weights) and ``abort`` (running requests are aborted and returned
@@ -35,6 +38,7 @@ from rollbank.inference.publishing.protocol import (
     PublicationRecord,
     WeightUpdate,
 )
+from rollbank.inference.publishing.staged_reload import StagedReload, vllm_layerwise_reload
 from rollbank.inference.publishing.state import ServedWeights, validate
 
 
@@ -46,6 +50,16 @@ class InProcessEngine(Protocol):
         ...
 
     def load_weights(self, pairs: Sequence[tuple[str, Any]]) -> None: ...
+
+    def stage_weights(self, pairs: Sequence[tuple[str, Any]]) -> None:
+        """Prepare ``pairs`` beside the serving weights (generation may go on)."""
+        ...
+
+    def swap_staged(self) -> None:
+        """Install what :meth:`stage_weights` prepared (under :meth:`hold`)."""
+        ...
+
+    def discard_staged(self) -> None: ...
 
     def set_version(self, version: int) -> None: ...
 
@@ -74,6 +88,7 @@ class ColocatedEngine:
         self._done: dict[str, Any] = {}
         self._seen: dict[str, int] = {}
         self.tokens_generated = 0  # output tokens produced by this engine so far
+        self._staged_reload: StagedReload | None = None
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
@@ -114,6 +129,25 @@ class ColocatedEngine:
         self.engine.collective_rpc(
             "reload_weights", kwargs={"weights_iterator": list(pairs), "is_checkpoint_format": True})
 
+    def _reloader(self) -> StagedReload:
+        if self._staged_reload is None:
+            with self.lock:  # the worker object, fetched once between two steps
+                worker = self.engine.model_executor.driver_worker.worker
+            runner = worker.model_runner
+            self._staged_reload = StagedReload(runner.model, vllm_layerwise_reload(runner.model_config))
+        return self._staged_reload
+
+    def stage_weights(self, pairs: Sequence[tuple[str, Any]]) -> None:
+        # outside the lock: the reload runs on the worker's shadow model, the live one is read
+        self._reloader().stage(list(pairs))
+
+    def swap_staged(self) -> None:
+        self._reloader().swap()
+
+    def discard_staged(self) -> None:
+        if self._staged_reload is not None:
+            self._staged_reload.discard()
+
     def set_version(self, version: int) -> None:
         self.engine.set_weight_version(version_label(version))
 
@@ -142,13 +176,14 @@ class ColocatedPublisher:
 
     def __init__(self, engine: InProcessEngine, served: ServedWeights, *,
                  plan: InflightPlan = "pause", compact: bool = True, version: int = 0,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, stage: bool = True) -> None:
         if plan == "finish":
             raise ConfigError("the colocated engine offers the pause and abort plans")
         self.engine = engine
         self.served = served
         self.plan: InflightPlan = plan
         self.compact = compact
+        self.stage = stage
         self.clock = clock or MonotonicClock()
         self._version = version
         self.records: list[PublicationRecord] = []
@@ -165,6 +200,10 @@ class ColocatedPublisher:
                steps: dict[str, float]) -> tuple[float, float, BaseException | None]:
         """Under the lock (generation stopped): load, name, reset; roll back on failure."""
         eng = self.engine
+        if self.stage:  # generation goes on: the expensive reload happens beside it
+            t = self.clock.now()
+            eng.stage_weights(list(send.items()))
+            steps["stage_s"] = self.clock.now() - t
         wait0 = self.clock.now()
         with eng.hold():
             paused_at = self.clock.now()
@@ -173,7 +212,10 @@ class ColocatedPublisher:
                 steps["aborted"] = float(eng.abort_all())
             error: BaseException | None = None
             try:
-                eng.load_weights(list(send.items()))
+                if self.stage:  # prepared before the hold: only the swap remains
+                    eng.swap_staged()
+                else:
+                    eng.load_weights(list(send.items()))
                 eng.set_version(version)
             except Exception as exc:
                 error = exc
@@ -202,7 +244,12 @@ class ColocatedPublisher:
         send = self.served.changed(update.tensors, compact=self.compact)
         previous = self.served.previous_of(send)
         steps["diff_s"] = self.clock.now() - t0
-        paused_at, resumed_at, error = await asyncio.to_thread(self._apply, send, previous, version, steps)
+        try:
+            paused_at, resumed_at, error = await asyncio.to_thread(self._apply, send, previous, version, steps)
+        except Exception as exc:  # staging failed: nothing was held or touched
+            self.engine.discard_staged()
+            raise PublicationError(f"staging version {version} failed ({exc!r}); engine keeps "
+                                   f"version {self._version}", serving=serving) from exc
         now_serving = {"colocated": self.engine.engine_version()}
         nbytes = sum(int(t.numel()) * int(t.element_size()) for t in send.values())
         record = PublicationRecord(

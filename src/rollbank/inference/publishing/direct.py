@@ -6,10 +6,14 @@ Control plane: vLLM 0.32's native weight-sync routes, per server
 (:mod:`rollbank.inference.publishing.vllm_plugin`; servers started with
 ``ServerConfig.weight_transfer_backend="rollbank_shm"``): the trainer writes the tensors into
 one ``/dev/shm`` file and (``stage=True``, the default) every server opens its update session
-and copies the file into its worker, all *while generation goes on*; inside the pause only the
-load from that copy + finalize (``/update_weights`` phase ``apply``) and the version label
-(``/finish_weight_update``) remain. ``stage=False`` is the earlier order (start, load from the
-file, finish, all in the pause), kept for comparison. Same host only.
+and prepares the update in its worker, all *while generation goes on*: with ``prepare=True``
+(default) the worker reloads the file into a shadow of its model (name mapping, fusing, the
+CPU GEMM repack; :mod:`~rollbank.inference.publishing.staged_reload`), so inside the pause only
+a swap (in-place copies of the changed tensors, pointer swaps of the repacked kernels;
+``/update_weights`` phase ``apply``) and the version label (``/update_weight_version``)
+remain; ``prepare=False`` only copies the file into the worker and reloads the live model in
+the pause. ``stage=False`` is the earliest order (start, load from the file, finish, all in
+the pause). The last two are kept for before/after comparisons. Same host only.
 
 Compact updates (``compact=True``): only tensors that differ from what the engines serve are
 sent (whole fused parameters: q/k/v, gate/up), unless a server reports another version than
@@ -69,11 +73,13 @@ class DirectPublisher:
         clock: Clock | None = None,
         shm_dir: Path | None = None,
         stage: bool = True,
+        prepare: bool = True,
     ) -> None:
         self.clients = list(clients)
         self.served = served
         self.compact = compact
         self.stage = stage
+        self.prepare = prepare
         self.clock = clock or MonotonicClock()
         self.fleet = Fleet(self.clients, plan=plan, gate=gate, clock=self.clock)
         self._version = version
@@ -103,7 +109,10 @@ class DirectPublisher:
         return now
 
     def _info(self, path: Path, layout: ShmLayout, phase: str) -> dict[str, Any]:
-        return {"path": str(path), **layout.to_dict(), "extra": {"phase": phase}}
+        extra: dict[str, Any] = {"phase": phase}
+        if phase == "stage":
+            extra["prepare"] = self.prepare
+        return {"path": str(path), **layout.to_dict(), "extra": extra}
 
     async def _stage_on(self, c: WeightSyncClient, info: Mapping[str, Any]) -> None:
         """Open the session and copy the buffer into the server (the model is untouched)."""
@@ -118,8 +127,9 @@ class DirectPublisher:
     def _step(self, path: Path, layout: ShmLayout, version: int, steps: dict[str, float],
               *, staged: bool) -> Step:
         """The apply step on one server (inside the pause). ``staged``: the session is open
-        and the buffer copied: load it + finalize (a worker round trip), name the version
-        (``/update_weight_version``: engine core only); the session is closed after the resume.
+        and the update prepared: install it (a worker round trip: a swap, or a reload of the
+        copied buffer + finalize) and name the version (``/update_weight_version``: engine
+        core only), concurrently; the session is closed after the resume.
         Otherwise (rollback, or ``stage=False``): start, load from the file, finish naming the
         version (three worker round trips)."""
         by_url = {c.base_url: c for c in self.clients}
@@ -127,24 +137,35 @@ class DirectPublisher:
         async def step(fc: FleetClient) -> None:
             c = by_url[fc.base_url]
             t = self.clock.now()
-            if not staged:
-                with contextlib.suppress(Exception):  # a session left open by a failed apply
-                    await c.finish_weight_update(version=None)
-                await c.start_weight_update()
-                t = self._lap(steps, "start_route_s", t)
+            if staged:  # the swap and the label are independent: both go out at once
+                async def apply() -> None:
+                    await c.update_weights(self._info(path, layout, "apply"))
+                    self._lap(steps, "update_route_s", t)
+
+                async def label() -> None:
+                    await c.set_weight_version(version)
+                    self._lap(steps, "label_route_s", t)
+
+                results = await asyncio.gather(apply(), label(), return_exceptions=True)
+                failed = [r for r in results if isinstance(r, BaseException)]
+                if failed:  # the rollback step restores the weights and the previous label
+                    with contextlib.suppress(Exception):
+                        await c.finish_weight_update(version=None)
+                    raise failed[0]
+                return
+            with contextlib.suppress(Exception):  # a session left open by a failed apply
+                await c.finish_weight_update(version=None)
+            await c.start_weight_update()
+            t = self._lap(steps, "start_route_s", t)
             try:
-                await c.update_weights(self._info(path, layout, "apply" if staged else "load"))
+                await c.update_weights(self._info(path, layout, "load"))
             except BaseException:
                 with contextlib.suppress(Exception):  # close the engine's update session
                     await c.finish_weight_update(version=None)
                 raise
             t = self._lap(steps, "update_route_s", t)
-            if staged:  # the weights are final already; the session's end waits for the resume
-                await c.set_weight_version(version)
-                self._lap(steps, "label_route_s", t)
-            else:
-                await c.finish_weight_update(version=version)
-                self._lap(steps, "finish_route_s", t)
+            await c.finish_weight_update(version=version)
+            self._lap(steps, "finish_route_s", t)
 
         return step
 

@@ -62,6 +62,10 @@ def __getattr__(name: str) -> Any:  # the engine class is built on first use (vL
     raise AttributeError(name)
 
 
+def _fmt(timings_ms: dict[str, float]) -> str:
+    return "(" + ", ".join(f"{k} {v:.1f}" for k, v in timings_ms.items()) + ")"
+
+
 def _engine_class() -> type[Any]:
     import torch
     from vllm.distributed.weight_transfer.base import (
@@ -76,6 +80,7 @@ def _engine_class() -> type[Any]:
     )
 
     from rollbank.inference.publishing.shm import SHM_DIR, ShmLayout, map_file, views
+    from rollbank.inference.publishing.staged_reload import StagedReload, vllm_layerwise_reload
 
     logger = init_logger("vllm.rollbank_shm")  # under "vllm": printed in the server log
 
@@ -103,10 +108,12 @@ def _engine_class() -> type[Any]:
 
         def start_weight_update(self) -> None:
             # Touches nothing: the layerwise reload (which moves layers to the meta device) is
-            # opened by the first phase that loads, so a session may be started, and a buffer
-            # staged, while the engine still generates.
+            # opened by the first phase that loads the live model, so a session may be
+            # started, and an update staged, while the engine still generates.
             self._opened = False
             self._staged: tuple[Path, ShmLayout, Any] | None = None
+            if getattr(self, "_reloader", None) is not None:
+                self._reloader.discard()
 
         def update_weights(self, update_info: dict[str, Any]) -> None:
             # The base class ends with torch.accelerator.synchronize(), which raises on a
@@ -123,11 +130,32 @@ def _engine_class() -> type[Any]:
                 finalize_layerwise_reload(self.model, self.model_config)
                 self._opened = False
 
+        def _stage(self, path: Path, layout: ShmLayout, prepare: bool) -> None:
+            """Before the pause. ``prepare``: reload the buffer into the shadow model (name
+            mapping, dtype, fusing, the CPU GEMM repack: everything but the swap); else only
+            copy the buffer into this process (the apply then reloads the live model)."""
+            t0 = time.perf_counter()
+            if not prepare:
+                self._staged = (path, layout, map_file(path, layout.nbytes, writable=False).clone())
+                logger.info("rollbank_shm: staged %d bytes in %.1f ms", layout.nbytes,
+                            1e3 * (time.perf_counter() - t0))
+                return
+            if getattr(self, "_reloader", None) is None:
+                self._reloader = StagedReload(self.model, vllm_layerwise_reload(self.model_config))
+            plan = self._reloader.stage(views(map_file(path, layout.nbytes, writable=False), layout))
+            self._staged = (path, layout, self._reloader)
+            logger.info("rollbank_shm: prepared %d tensors (%d bytes) in %.1f ms %s; swap: %d "
+                        "tensors (%d bytes), %d attributes", len(layout.names), layout.nbytes,
+                        1e3 * (time.perf_counter() - t0), _fmt(self._reloader.timings_ms),
+                        len(plan.copies), plan.nbytes, len(plan.attrs))
+
         def receive_weights(self, update_info: Any) -> None:
-            """Phases (``extra["phase"]``): ``stage`` copies the buffer into this process
-            (the model is untouched: call it before pausing), ``apply`` loads the staged copy
-            (or the file) and finalizes at once, ``load`` (default) loads the file and leaves
-            the finalization to ``finish_weight_update``."""
+            """Phases (``extra["phase"]``): ``stage`` prepares the update before the pause
+            (``extra["prepare"]``, default true: reloaded into the shadow model; false: the
+            buffer copied into this process); ``apply`` installs the staged update (a swap
+            when prepared, else a reload of the live model) and finalizes at once; ``load``
+            (default) reloads the live model from the file and leaves the finalization to
+            ``finish_weight_update``."""
             directory = getattr(self, "directory", SHM_DIR.resolve())
             path = Path(update_info.path).resolve()
             if path.parent != directory:
@@ -139,16 +167,28 @@ def _engine_class() -> type[Any]:
             phase = str(update_info.extra.get("phase", "load"))
             t0 = time.perf_counter()
             if phase == "stage":
-                self._staged = (path, layout, map_file(path, layout.nbytes, writable=False).clone())
-                logger.info("rollbank_shm: staged %d bytes in %.1f ms", layout.nbytes,
-                            1e3 * (time.perf_counter() - t0))
+                self._stage(path, layout, bool(update_info.extra.get("prepare", True)))
                 return
             if phase not in ("apply", "load"):
                 raise ValueError(f"unknown rollbank_shm phase {phase!r}")
             staged = getattr(self, "_staged", None)
             self._staged = None
-            source = "staged" if staged is not None and staged[:2] == (path, layout) else "mapped"
-            buf = staged[2] if staged is not None and source == "staged" else \
+            match = staged is not None and staged[:2] == (path, layout)
+            reloader = getattr(self, "_reloader", None)
+            if match and staged is not None and isinstance(staged[2], StagedReload):
+                if phase == "apply":  # the cheap step: in-place copies + attribute swaps
+                    plan = staged[2].swap()
+                    logger.info("rollbank_shm: apply %d tensors (%d bytes, swapped %d tensors, "
+                                "%d attributes) in %.1f ms %s", len(layout.names), layout.nbytes,
+                                len(plan.copies), len(plan.attrs), 1e3 * (time.perf_counter() - t0),
+                                _fmt(staged[2].timings_ms))
+                    return
+                staged = None
+                match = False
+            if reloader is not None:
+                reloader.discard()
+            source = "staged" if match else "mapped"
+            buf = staged[2] if staged is not None and match else \
                 map_file(path, layout.nbytes, writable=False)
             with torch.no_grad():
                 if layout.names:  # nothing changed: leave the layers where they are
@@ -162,6 +202,8 @@ def _engine_class() -> type[Any]:
 
         def finish_weight_update(self) -> None:
             self._staged = None
+            if getattr(self, "_reloader", None) is not None:
+                self._reloader.discard()
             self._close()
 
         def shutdown(self) -> None:
