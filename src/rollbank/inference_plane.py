@@ -34,6 +34,8 @@ class InferencePlane:
     description: str
     fingerprint: str | None = None  # what the servers' capacity depends on (None: unknown)
     feed: ServerFeed | None = None  # servers still starting (None: all of ``clients`` serve)
+    # managed servers: record the full checkpoint (path, version) a restarted server re-applies
+    remember_weights: Callable[[str, int], None] | None = None
 
     @property
     def serving(self) -> tuple[str, ...]:
@@ -128,4 +130,5 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int,
                              _vocab_size(tok),
                              f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}",
                              fingerprint=servers.fingerprint(),
-                             feed=servers if first_ready and len(servers.servers) > 1 else None)
+                             feed=servers if first_ready and len(servers.servers) > 1 else None,
+                             remember_weights=servers.remember_weights)

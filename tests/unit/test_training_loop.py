@@ -123,9 +123,12 @@ class LoggingPublisher:
 
 
 async def _train(config: TrainConfig, out: Path, trainer: FakeTrainer, log: list[str],
-                 sink: Sink | None = None) -> TrainResult:
+                 sink: Sink | None = None,
+                 remembered: list[tuple[str, int]] | None = None) -> TrainResult:
     _, clients = make_fake_fleet(2, responder=_model(log))
-    plane = InferencePlane({c.base_url: c for c in clients}, TOK, TOK.vocab_size, "fake")
+    plane = InferencePlane({c.base_url: c for c in clients}, TOK, TOK.vocab_size, "fake",
+                           remember_weights=None if remembered is None else
+                           lambda path, v: remembered.append((path, v)))
 
     def make_publisher(plane: InferencePlane, gate: AdmissionGate) -> Publisher:
         inner = WeightPublisher(list(plane.clients.values()), gate=gate, pause_mode="wait")
@@ -165,6 +168,30 @@ async def test_sync_collects_trains_saves_publishes_in_order(tmp_path: Path) -> 
     assert {r["loss"] for r in lines if r["kind"] == "step"} == {0.5, 1.0, 1.5}
     assert sorted(p.name for p in (tmp_path / "run" / "weights").iterdir()) == [
         "v000001", "v000002", "v000003"]
+
+
+async def test_a_restarted_server_is_told_the_served_checkpoint(tmp_path: Path) -> None:
+    """Regression: managed servers re-apply remembered weights when they restart a dead
+    engine, but the loop never told them, so a restarted engine served the initial weights
+    (seen in `bench learning --engine vllm`: version 0 after 21 publications)."""
+    remembered: list[tuple[str, int]] = []
+    await _train(_config("sync", 2), tmp_path / "run", FakeTrainer([]), [], None, remembered)
+    weights = tmp_path / "run" / "weights"
+    assert remembered == [(str(weights / "v000001"), 1), (str(weights / "v000002"), 2)]
+
+
+async def test_async_remembers_a_version_once_it_is_both_published_and_saved(
+        tmp_path: Path) -> None:
+    gate = AdmissionGate()
+    remembered: list[tuple[str, int]] = []
+    pub = FakePublisher(gate, tensors=True)
+    loop = TrainingLoop(LoopSettings(mode="async", steps=2, max_lag=1), FakeTrainer([]), pub,
+                        gate=gate, servers=["a"], weights_root=tmp_path,
+                        load=lambda _p: _tensors([0]),
+                        remember=lambda path, v: remembered.append((path, v)))
+    await loop.on_batch(_Batch(0), tmp_path / "b0")  # type: ignore[arg-type]
+    await loop.finish()
+    assert remembered == [(str(tmp_path / "v000001"), 1)]
 
 
 async def test_async_generates_during_training_within_the_lag(tmp_path: Path) -> None:

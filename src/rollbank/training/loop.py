@@ -127,6 +127,7 @@ class TrainingLoop:
         progress: Callable[[str], None] | None = None,
         clock: Clock | None = None,
         load: Callable[[Path], TensorBatch] = load_tensors,
+        remember: Callable[[str, int], None] | None = None,
     ) -> None:
         self.settings = settings
         self.trainer = trainer
@@ -139,6 +140,8 @@ class TrainingLoop:
         self._progress = progress or (lambda _s: None)
         self.clock = clock or MonotonicClock()
         self._load = load
+        self._remember = remember  # managed servers: what a restarted server re-applies
+        self._saved: dict[int, Path] = {}  # full checkpoints by version, for ``remember``
         self.version = 0  # of the trainer's weights
         self.published = 0  # what every engine serves
         self.steps: list[dict[str, Any]] = []
@@ -230,6 +233,8 @@ class TrainingLoop:
             t_save = self.clock.now()
             saved = await asyncio.to_thread(self.trainer.save, self.weights_root, self.version)
             save_s = self.clock.now() - t_save
+        self._saved[self.version] = saved
+        self._remember_served()
         rec.update(weights=str(saved), save_s=save_s)
         end = self.clock.now()
         rec.update(step_s=end - self._last_end, done_s=end - self._t0)
@@ -243,6 +248,7 @@ class TrainingLoop:
         pub = await self.publisher.publish(version, weights)
         serving = self.clock.now()
         self.published = version
+        self._remember_served()
         self._admit()  # the publisher reopened admission; the lag may still keep it closed
         if self.router is not None:
             for server in self.servers:
@@ -255,6 +261,16 @@ class TrainingLoop:
         async with self._changed:
             self._changed.notify_all()
         return rec
+
+    def _remember_served(self) -> None:
+        """Tell the managed servers which checkpoint a restarted server must load: the one of
+        the version every engine serves, once it is both published and saved (async publishes
+        before the save ends). Without it a restarted engine came back on the initial weights."""
+        path = self._saved.get(self.published)
+        if self._remember is not None and path is not None:
+            self._remember(str(path), self.published)
+        for v in [v for v in self._saved if v < self.published]:
+            del self._saved[v]
 
     def _enqueue(self, version: int, weights: Weights, ready_at: float) -> None:
         """async: publish ``version`` in the background (a newer pending one supersedes it)."""

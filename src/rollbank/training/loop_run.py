@@ -123,9 +123,12 @@ async def train_with(
             for r in recorders:
                 r(rec)
 
+        # a restarted managed server re-loads the served version's full checkpoint (a LoRA
+        # checkpoint is an adapter, not weights to reload: not remembered)
+        remember = (inference.remember_weights if config.trainer.finetune == "full" else None)
         loop = TrainingLoop(config.loop, trainer, publisher, gate=gate, servers=servers,
                             weights_root=out_dir / "weights", router=router, record=record,
-                            progress=progress, clock=clock)
+                            progress=progress, clock=clock, remember=remember)
         try:
             result = await collect(collect_config, tasks=tasks, inference=inference,
                                    sandboxes=sandboxes, out_dir=out_dir, clock=clock,
