@@ -44,7 +44,7 @@ def run(cache: CalibrationCache | None, fingerprint: str | None, calls: list[int
 
 def test_second_run_reuses_the_stored_capacity_and_says_so(tmp_path: Path) -> None:
     clock = Clock()
-    cache = CalibrationCache(tmp_path, max_age_s=3600, now=clock)
+    cache = CalibrationCache(tmp_path, max_age_s=3600, now=clock, load=lambda: 1.0)
     calls: list[int] = []
     first, fresh = run(cache, "host A; gemma", calls)
     assert fresh and first.source == "measured" and len(calls) == 1
@@ -59,7 +59,7 @@ def test_second_run_reuses_the_stored_capacity_and_says_so(tmp_path: Path) -> No
 
 def test_other_fingerprint_stale_or_corrupt_file_measures_again(tmp_path: Path) -> None:
     clock = Clock()
-    cache = CalibrationCache(tmp_path, max_age_s=3600, now=clock)
+    cache = CalibrationCache(tmp_path, max_age_s=3600, now=clock, load=lambda: 1.0)
     calls: list[int] = []
     run(cache, "host A; gemma", calls)
     run(cache, "host B; gemma", calls)
@@ -75,7 +75,7 @@ def test_other_fingerprint_stale_or_corrupt_file_measures_again(tmp_path: Path) 
 
 def test_unknown_fingerprint_or_disabled_cache_always_measures(tmp_path: Path) -> None:
     calls: list[int] = []
-    cache = CalibrationCache(tmp_path, max_age_s=3600)
+    cache = CalibrationCache(tmp_path, max_age_s=3600, load=lambda: 1.0)
     run(cache, None, calls)
     run(cache, None, calls)
     run(None, "host A", calls)
@@ -84,8 +84,23 @@ def test_unknown_fingerprint_or_disabled_cache_always_measures(tmp_path: Path) -
 
 
 def test_only_measured_capacities_are_stored(tmp_path: Path) -> None:
-    cache = CalibrationCache(tmp_path, max_age_s=3600)
+    cache = CalibrationCache(tmp_path, max_age_s=3600, load=lambda: 1.0)
     declared = Capacity(decode_rate_single=1.0, decode_rate_max=1.0, prefill_rate_single=1.0,
                         prefill_rate_max=1.0, sandbox_slots=1)
     assert cache.store("x", declared) is None
     assert cache.load("x", sandbox_slots=1, verifier_slots=None) is None
+
+
+def test_a_calibration_measured_on_a_busier_host_is_measured_again(tmp_path: Path) -> None:
+    """Regression: a calibration taken at load ~10 per core was reused on the quiet host; its
+    rates understated the servers and the run reported efficiency 3.15 (T_LB/T > 1)."""
+    load = [10.0]
+    cache = CalibrationCache(tmp_path, max_age_s=3600, now=Clock(), load=lambda: load[0])
+    calls: list[int] = []
+    run(cache, "host A; gemma", calls, decode=1.0)  # measured while busy
+    load[0] = 0.3
+    again, fresh = run(cache, "host A; gemma", calls, decode=50.0)  # quiet now: measure again
+    assert fresh and len(calls) == 2 and again.decode_rate_single == 50.0
+    load[0] = 5.0  # busier than at the last measurement: the stored rates still hold
+    reused, fresh = run(cache, "host A; gemma", calls)
+    assert not fresh and len(calls) == 2 and reused.decode_rate_single == 50.0

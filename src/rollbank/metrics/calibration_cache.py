@@ -15,6 +15,11 @@ Invariants
   ``verifier_slots``) are not measurements and always come from the current run.
 - An unreadable, stale or mismatching file is treated as absent (never an error): the run
   calibrates again and overwrites it.
+- A calibration measured on a busier host than now is treated as absent: its rates are too
+  low for this run (the bound would be too loose and the efficiency could exceed 1; seen: a
+  calibration taken at load average ~20 on 2 cores, reused on the quiet host, gave efficiency
+  3.15). The file records the 1-minute load average per core at measurement; it is reused only
+  while the current one is at most ``LOAD_SLACK`` lower. Files without it (schema 1) are absent.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,9 +36,15 @@ from typing import Any
 from rollbank.config import cache_dir
 from rollbank.metrics.bound import Capacity
 
-SCHEMA = "rollbank.calibration/1"
+SCHEMA = "rollbank.calibration/2"
+LOAD_SLACK = 0.5  # runnable tasks per core: how much quieter than at measurement the host may be
 _RATES = ("decode_rate_single", "decode_rate_max", "prefill_rate_single", "prefill_rate_max",
           "ttft_floor_s")
+
+
+def load_per_core() -> float:
+    """The host's 1-minute load average per core."""
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
 
 
 def fingerprint_key(fingerprint: str) -> str:
@@ -44,10 +56,12 @@ class CalibrationCache:
     """Stored calibrations, one file per inference fingerprint, in ``folder``."""
 
     def __init__(self, folder: Path, *, max_age_s: float,
-                 now: Callable[[], float] = time.time) -> None:
+                 now: Callable[[], float] = time.time,
+                 load: Callable[[], float] = load_per_core) -> None:
         self.folder = folder
         self.max_age_s = max_age_s
         self.now = now
+        self.host_load = load
 
     def path(self, fingerprint: str) -> Path:
         return self.folder / f"{fingerprint_key(fingerprint)}.json"
@@ -63,6 +77,8 @@ class CalibrationCache:
             age = self.now() - float(data["measured_at"])
             if not 0 <= age <= self.max_age_s:
                 return None
+            if self.host_load() < float(data["load_per_core"]) - LOAD_SLACK:
+                return None  # measured on a busier host: its rates understate this one
             rates = {k: float(data["capacity"][k]) for k in _RATES}
             return Capacity(**rates, sandbox_slots=sandbox_slots, verifier_slots=verifier_slots,
                             source=f"cached:{path.name}")
@@ -75,6 +91,7 @@ class CalibrationCache:
             return None
         data: dict[str, Any] = {
             "schema": SCHEMA, "fingerprint": fingerprint, "measured_at": self.now(),
+            "load_per_core": self.host_load(),
             "capacity": {k: getattr(capacity, k) for k in _RATES},
         }
         path = self.path(fingerprint)
