@@ -24,6 +24,7 @@ from rollbank.episodes.harnesses.base import (
     ActionKind,
     Command,
     render_result,
+    sendable,
     truncate_middle,
 )
 from rollbank.inference.protocol import SamplingParams
@@ -57,7 +58,7 @@ class AnswerLineHarness:
 
     def parse(self, model_text: str) -> Action:
         command = model_text.strip()
-        if not command or "\0" in command or not _encodable(command):
+        if not command or not sendable(command):
             return Action(ActionKind.DONE)
         return Action(ActionKind.DONE, (Command(command),))
 
@@ -70,10 +71,3 @@ class AnswerLineHarness:
         return SamplingParams(max_tokens=c.max_tokens, temperature=c.temperature, top_p=c.top_p,
                               stop=(LINE_STOP,))
 
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
-    return True

@@ -88,6 +88,18 @@ class Harness(Protocol):
         ...
 
 
+def sendable(text: str) -> bool:
+    """A shell can receive ``text``: no NUL (bash drops it, argv refuses it) and valid UTF-8
+    (a JSON ``\\udXXX`` escape can decode to a lone surrogate, which cannot be encoded)."""
+    if "\0" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def skills_note(task: Task) -> str:
     """One line per skill the task ships (Harbor ``skills_dir``), or "" when it has none."""
     if not task.skills or not task.skills_dir:

@@ -37,6 +37,7 @@ from rollbank.episodes.harnesses.base import (
     ActionKind,
     Command,
     render_result,
+    sendable,
     skills_note,
     truncate_middle,
 )
@@ -92,14 +93,6 @@ _BLOCK = re.compile(r"```(?P<lang>[A-Za-z]*)[ \t]*\n(?P<body>.*?)(?P<close>\n?``
 _DONE_LINE = re.compile(r"^[ \t]*DONE[ \t.!]*$", re.MULTILINE)
 
 
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
-    return True
-
-
 class FencedShellConfig(Section):
     """Sampling and formatting of the fenced-shell harness."""
 
@@ -153,7 +146,7 @@ class FencedShellHarness:
             body = m.group("body").strip("\n")
             if not body.strip():
                 return self._malformed("the ```bash block is empty")
-            if "\0" in body or not _encodable(body):
+            if not sendable(body):
                 return self._malformed("the ```bash block holds a NUL or invalid text")
             commands.append(Command(body))
         if done:

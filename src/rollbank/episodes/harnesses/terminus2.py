@@ -40,6 +40,7 @@ from rollbank.episodes.harnesses.base import (
     ActionKind,
     Command,
     render_result,
+    sendable,
     skills_note,
     truncate_middle,
 )
@@ -120,18 +121,6 @@ _MAX_NUMBER = 1e300  # a duration above this (or an int float() cannot hold) is 
 
 class _ParseError(ValueError):
     pass
-
-
-def _sendable(text: str) -> bool:
-    """A shell can receive ``text``: no NUL (bash drops it, argv refuses it) and valid UTF-8
-    (a JSON ``\\udXXX`` escape can decode to a lone surrogate, which cannot be encoded)."""
-    if "\0" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class Terminus2Harness:
@@ -225,7 +214,7 @@ class Terminus2Harness:
                     0 <= duration <= _MAX_NUMBER):  # False for NaN; bounds a huge int
                 raise _ParseError(f'commands[{i}].duration must be a non-negative number')
             keys: str = item["keystrokes"]
-            if not _sendable(keys):
+            if not sendable(keys):
                 raise _ParseError(f'commands[{i}].keystrokes holds a NUL or an unpaired surrogate')
             if keys.endswith("\n"):
                 keys = keys[:-1]
