@@ -112,6 +112,7 @@ def corrupt(path: Path, c: Corruption) -> None:
 @example([(MANIFEST_NAME, ("replace", 0, b"[]"))], True)  # was: TypeError
 @example([(PARQUET_NAME, ("truncate", 100, b"x"))], False)  # was: ArrowInvalid
 @example([(PARQUET_NAME, ("delete", 0, b"x"))], True)  # was: FileNotFoundError
+@example([(PARQUET_NAME, ("flip", 2193, b"\x00"))], False)  # was: invalid UTF-8 reached the trainer
 def test_corrupt_batch_dir_is_a_batch_file_error(corruptions: list[tuple[str, Corruption]],
                                                  verify: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:

@@ -118,6 +118,7 @@ def read_batch_dir(path: Path, *, verify: bool = True) -> pa.Table:
         raise BatchFileError(f"{table.num_rows} rows, {MANIFEST_NAME} says {expected_rows}", file=parquet)
     try:
         check_schema(table.schema)
+        table.validate(full=True)  # e.g. invalid UTF-8 in a string column (a flipped byte)
         _check_rows(table, parquet)
         return upgrade_table(table)
     except BatchFileError:
