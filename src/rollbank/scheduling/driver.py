@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from os import PathLike
@@ -350,60 +350,53 @@ class CollectionDriver:
         self.scheduler.on_started(key)
         self._flush_events()
 
+    def _inference_slot(self, key: AttemptKey, server: str) -> AbstractAsyncContextManager[None]:
+        s = self.scheduler
+        return self._slot(key, server, lambda: s.request_inference(key, server),
+                          lambda: s.cancel_inference_wait(key, server),
+                          lambda: self._release(key, server))
+
+    def _verifier_slot(self, key: AttemptKey) -> AbstractAsyncContextManager[None]:
+        s = self.scheduler
+        return self._slot(key, _VERIFIER, lambda: s.request_verifier(key),
+                          lambda: s.cancel_verifier_wait(key), lambda: self._release_verifier(key))
+
     @asynccontextmanager
-    async def _inference_slot(self, key: AttemptKey, server: str) -> AsyncIterator[None]:
-        if not self.scheduler.request_inference(key, server):
+    async def _slot(self, key: AttemptKey, tag: str, request: Callable[[], bool],
+                    cancel_wait: Callable[[], None],
+                    release: Callable[[], None]) -> AsyncIterator[None]:
+        """Hold one scheduler-owned slot (``tag``: a server, or the verifier) while inside."""
+        if not request():
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._grants[(key, server)] = fut
+            self._grants[(key, tag)] = fut
             try:
                 await fut
             except asyncio.CancelledError:
-                self._grants.pop((key, server), None)
+                self._grants.pop((key, tag), None)
                 if fut.done() and not fut.cancelled():  # granted just before cancel
-                    self._release(key, server)
+                    release()
                 else:
-                    self.scheduler.cancel_inference_wait(key, server)
+                    cancel_wait()
                 raise
         try:
             yield
         finally:
-            self._release(key, server)
+            release()
 
     def _release(self, key: AttemptKey, server: str) -> None:
-        for granted in self.scheduler.release_inference(key, server):
-            fut = self._grants.pop((granted, server), None)
+        self._grant(self.scheduler.release_inference(key, server), server)
+
+    def _release_verifier(self, key: AttemptKey) -> None:
+        self._grant(self.scheduler.release_verifier(key), _VERIFIER)
+
+    def _grant(self, granted: Iterable[AttemptKey], tag: str) -> None:
+        """Wake the waiters the scheduler granted a released ``tag`` slot to."""
+        for key in granted:
+            fut = self._grants.pop((key, tag), None)
             if fut is not None and not fut.done():
                 fut.set_result(None)
         s = self.scheduler
         if s.holding_extras and not s.inference_contended() and not s.verifier_contended():
-            self._nudge()
-
-    @asynccontextmanager
-    async def _verifier_slot(self, key: AttemptKey) -> AsyncIterator[None]:
-        if not self.scheduler.request_verifier(key):
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._grants[(key, _VERIFIER)] = fut
-            try:
-                await fut
-            except asyncio.CancelledError:
-                self._grants.pop((key, _VERIFIER), None)
-                if fut.done() and not fut.cancelled():  # granted just before cancel
-                    self._release_verifier(key)
-                else:
-                    self.scheduler.cancel_verifier_wait(key)
-                raise
-        try:
-            yield
-        finally:
-            self._release_verifier(key)
-
-    def _release_verifier(self, key: AttemptKey) -> None:
-        for granted in self.scheduler.release_verifier(key):
-            fut = self._grants.pop((granted, _VERIFIER), None)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-        s = self.scheduler
-        if s.holding_extras and not s.verifier_contended() and not s.inference_contended():
             self._nudge()
 
     def _cancel_grants(self, key: AttemptKey) -> None:
