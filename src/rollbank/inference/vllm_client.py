@@ -111,6 +111,8 @@ class VLLMClient:
         self._connected = False
         self._connect_lock = asyncio.Lock()
         self._admission = admission or AdmissionGate()
+        # closed by the server's supervisor while a restarted engine re-loads the served version
+        self.hold = AdmissionGate()
         # False only behind a third-party router (routing benchmarks): no /weight_info there,
         # completions results carry the client's own version. Never for collection.
         self._versions_from_engine = versions_from_engine
@@ -249,7 +251,9 @@ class VLLMClient:
         """Wait for admission, send one generation, return it with the engine's versions."""
         if not self._connected:
             await self.connect()
-        await self._admission.wait_open()  # last thing before sending
+        while not (self.hold.is_open and self._admission.is_open):  # last thing before sending
+            await self.hold.wait_open()
+            await self._admission.wait_open()
         rid = request.request_id
         t0 = time.monotonic()
         self._inflight.add(rid)

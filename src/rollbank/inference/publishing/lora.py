@@ -33,6 +33,11 @@ from rollbank.inference.publishing.protocol import (
 from rollbank.inference.publishing.state import read_safetensors_meta, validate
 
 
+def adapter_name(version: int, prefix: str = "policy") -> str:
+    """The adapter name version ``version`` is published under."""
+    return f"{prefix}-v{version}"
+
+
 class LoraClient(FleetClient, Protocol):
     async def load_lora(self, name: str, path: str) -> None: ...
 
@@ -86,7 +91,7 @@ class LoraPublisher:
         return self._version
 
     def name_of(self, version: int) -> str:
-        return f"{self.prefix}-v{version}"
+        return adapter_name(version, self.prefix)
 
     def _serving(self) -> dict[str, int]:
         return {c.base_url: self._version for c in self.clients}
