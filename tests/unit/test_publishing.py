@@ -423,6 +423,8 @@ async def test_lora_failed_load_unloads_and_never_pauses(tmp_path: Path) -> None
     rec = await pub.publish(WeightUpdate(path=str(adapter), lora=True), version=1)
     assert pub.adapter == "policy-v1" and rec.ok and [e.version for e in engines] == [1, 1]
     assert log.index("load-policy-v1:a") < log.index("pause-wait:a")  # loaded before pausing
+    # no prefix-cache reset in the pause: a new adapter's requests cannot hit older blocks
+    assert not any(c.startswith("reset") for c in log) and rec.steps_s["cache_reset_skipped"] == 1
     log.clear()
     engines[1].fail_lora = True
     with pytest.raises(PublicationError):

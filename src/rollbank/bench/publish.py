@@ -7,7 +7,7 @@ latency (new weights ready -> engine serving them), the apply pause (generation 
 the tokens the engine generated during each publication. Full-model updates send every
 tensor (no compaction); LoRA updates are new random adapters of rank 8. Variants
 (``direct-unstaged``, ``direct-reload``, ``direct-salted``, ``checkpoint-salted``,
-``colocated-reload``) run in the same session so a before/after comparison shares the
+``colocated-reload``, ``lora-reset``) run in the same session so a before/after comparison shares the
 machine's load; each record's ``steps_s`` splits the pause (trainer side); with
 ``--server-logs`` the worker's own ``rollbank_shm`` timings are added as ``worker_log``. The
 host's load average is recorded at the start and end of every pattern (a loaded host's
@@ -46,6 +46,9 @@ PATTERN_PLANS: dict[str, tuple[str, ...]] = {
     # prefix-cache reset (a new version never hits an older version's blocks)
     "direct-salted": ("pause",),
     "checkpoint-salted": ("pause",),
+    # lora-reset: the LoRA pause with the prefix-cache reset it had before (now skipped: the
+    # block hashes cover the adapter, a new one per version)
+    "lora-reset": ("abort",),
 }
 
 
@@ -184,7 +187,8 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                                           prepare=pattern != "direct-reload")
                 else:
                     pub = LoraPublisher([client], plan=plan_t, version=version, max_rank=8,
-                                        prefix=f"bench-{plan}")
+                                        prefix=f"{pattern}-{plan}")
+                    pub.fleet.reset_cache = pattern == "lora-reset"
                 pub.fleet.keep_kv = salted
                 load_start = _loadavg()
                 stop.clear()
@@ -195,7 +199,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                     for k in range(args.publications):
                         seed += 1
                         version += 1
-                        if pattern == "lora":
+                        if pattern.startswith("lora"):
                             path = await asyncio.to_thread(random_lora, model_dir,
                                                            workdir / f"lora-{seed}", seed=seed)
                             update = WeightUpdate(path=str(path), lora=True)
@@ -207,7 +211,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                         before = (await client.metrics()).generation_tokens
                         rec = await pub.publish(update, version=version, ready_at=ready)
                         after = (await client.metrics()).generation_tokens
-                        if pattern == "lora":
+                        if pattern.startswith("lora"):
                             lora_name[0] = pub.adapter
                         d = rec.to_dict()
                         d["tokens_during"] = after - before
@@ -222,7 +226,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                 lora_name[0] = None
                 client.salt_by_version = False
                 results[f"{pattern}/{plan}"] = {"pattern": pattern, "plan": plan, "cache_salt": salted,
-                                                "update": "lora" if pattern == "lora" else "full",
+                                                "update": "lora" if pattern.startswith("lora") else "full",
                                                 "loadavg": {"start": load_start, "end": _loadavg()},
                                                 **summarize(records), "records": records}
         # leave the base weights (the server stops anyway)

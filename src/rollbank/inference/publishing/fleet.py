@@ -60,6 +60,7 @@ class Fleet:
         gate: AdmissionGate | None = None,
         clock: Clock | None = None,
         keep_kv: bool = False,
+        reset_cache: bool = True,
     ) -> None:
         if not clients:
             raise ValueError("a fleet needs at least one server")
@@ -70,12 +71,18 @@ class Fleet:
             c.set_admission(self.gate)
         self.clock = clock or MonotonicClock()
         self.keep_kv = keep_kv
+        # False: no prefix-cache reset at all, for updates whose new requests cannot hit an
+        # older version's blocks whatever the plan (LoRA: the hash covers the adapter's name)
+        self.reset_cache = reset_cache
+
+    def _skips_reset(self, mode: PauseMode) -> bool:
+        return not self.reset_cache or (mode == "keep" and self.keep_kv)
 
     async def _reset(self, mode: PauseMode) -> list[BaseException | None]:
+        if self._skips_reset(mode):
+            return []
         if mode != "keep":  # nothing runs: the reset succeeds (retried while blocks drain)
             return await self.all("reset", lambda c: c.reset_prefix_cache())
-        if self.keep_kv:  # requests frozen in place keep their pre-update KV, by choice
-            return []
         # frozen requests hold blocks: preempt them so their KV is recomputed with the new
         # weights after the resume, and the prefix cache can be emptied now
         return await self.all("reset", lambda c: c.reset_prefix_cache(attempts=2, reset_running_requests=True))
@@ -139,7 +146,7 @@ class Fleet:
             reset_errors = await self._reset(mode)
             steps["reset_s"] = (t5 := self.clock.now()) - t4
             steps["cache_reset_failed"] = float(sum(e is not None for e in reset_errors))
-            steps["cache_reset_skipped"] = float(mode == "keep" and self.keep_kv)
+            steps["cache_reset_skipped"] = float(self._skips_reset(mode))
             await self.all("resume", lambda c: c.resume())
             resumed_at = self.clock.now()
             steps["resume_s"] = resumed_at - t5

@@ -5,7 +5,9 @@ server *before* generation is paused: requests on the previous adapter keep runn
 failed load unloads the new adapter where it did load and raises, nothing paused. Then the
 short pause names the version on each engine (so per-token versions stay the engine's) and
 switches :attr:`LoraPublisher.adapter`, the name requests must carry from then on. Adapters
-older than the previous one are unloaded afterwards.
+older than the previous one are unloaded afterwards. The prefix cache is not reset: vLLM's
+block hashes include the adapter's name and path, and the base weights never change, so no
+request can reuse a block of another version (the pause is: pause route, label, resume).
 
 In-flight plan ``pause`` (keep) is refused: a kept request would go on with the old adapter
 while the engine tags its tokens with the new version. ``finish`` and ``abort`` are exact.
@@ -70,7 +72,9 @@ class LoraPublisher:
         self.prefix = prefix
         self.max_rank = max_rank
         self.clock = clock or MonotonicClock()
-        self.fleet = Fleet(self.clients, plan=plan, gate=gate, clock=self.clock)
+        # no prefix-cache reset: vLLM's block hashes cover the adapter (name and path), and
+        # each version is a new adapter, so no request can hit an older version's blocks
+        self.fleet = Fleet(self.clients, plan=plan, gate=gate, clock=self.clock, reset_cache=False)
         self._version = version
         self.adapter = adapter  # name requests carry; None = base weights
         self.loaded: list[str] = [adapter] if adapter else []
