@@ -7,7 +7,10 @@ short pause names the version on each engine (so per-token versions stay the eng
 switches :attr:`LoraPublisher.adapter`, the name requests must carry from then on. Adapters
 older than the previous one are unloaded afterwards. The prefix cache is not reset: vLLM's
 block hashes include the adapter's name and path, and the base weights never change, so no
-request can reuse a block of another version (the pause is: pause route, label, resume).
+request can reuse a block of another version. With the ``abort`` plan the engines are not
+paused at all (their weights do not change): admission closes, each client aborts every
+request it has in flight until all answered, the version is named and the clients switched,
+admission reopens (``Fleet.abort_only``; clients without ``inflight_ids``: pause + resume).
 
 In-flight plan ``pause`` (keep) is refused: a kept request would go on with the old adapter
 while the engine tags its tokens with the new version. ``finish`` and ``abort`` are exact.
@@ -74,7 +77,11 @@ class LoraPublisher:
         self.clock = clock or MonotonicClock()
         # no prefix-cache reset: vLLM's block hashes cover the adapter (name and path), and
         # each version is a new adapter, so no request can hit an older version's blocks
-        self.fleet = Fleet(self.clients, plan=plan, gate=gate, clock=self.clock, reset_cache=False)
+        # plan abort: the old adapter's requests are aborted, the engines are not paused (the
+        # running weights do not change), when every client can abort what it has in flight
+        abort_only = plan == "abort" and all(hasattr(c, "inflight_ids") for c in self.clients)
+        self.fleet = Fleet(self.clients, plan=plan, gate=gate, clock=self.clock, reset_cache=False,
+                           abort_only=abort_only)
         self._version = version
         self.adapter = adapter  # name requests carry; None = base weights
         self.loaded: list[str] = [adapter] if adapter else []
