@@ -36,6 +36,8 @@ class InferencePlane:
     feed: ServerFeed | None = None  # servers still starting (None: all of ``clients`` serve)
     # managed servers: record the full checkpoint (path, version) a restarted server re-applies
     remember_weights: Callable[[str, int], None] | None = None
+    # managed servers: record the LoRA adapter (name, path, version) a restarted server re-loads
+    remember_adapter: Callable[[str, str, int], None] | None = None
 
     @property
     def serving(self) -> tuple[str, ...]:
@@ -131,4 +133,5 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int,
                              f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}",
                              fingerprint=servers.fingerprint(),
                              feed=servers if first_ready and len(servers.servers) > 1 else None,
-                             remember_weights=servers.remember_weights)
+                             remember_weights=servers.remember_weights,
+                             remember_adapter=servers.remember_adapter)

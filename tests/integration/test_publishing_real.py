@@ -169,6 +169,35 @@ async def test_lora_publication_serves_the_adapter(client: VLLMClient, tmp_path:
     assert close(plain.logprobs, reference_logprobs(base, plain.token_ids))
 
 
+async def test_lora_abort_plan_ends_the_old_adapters_requests_without_pausing(
+    client: VLLMClient, tmp_path: Path
+) -> None:
+    """Plan ``abort`` of the lora pattern, engine never paused: the request running on the
+    previous weights comes back aborted with only the old version's tokens; the new adapter's
+    requests carry the new version."""
+    import asyncio
+
+    adapter = create_tiny_lora(ensure_model("tiny"), tmp_path / "lora-abort", rank=8, seed=4)
+    v0 = client.policy_version
+    pub = LoraPublisher([client], max_rank=8, version=v0, prefix="abort", plan="abort")
+    assert pub.fleet.abort_only
+    req = GenerateRequest("old-adapter", [11, 12, 13], SamplingParams(max_tokens=1500, min_tokens=1500))
+    before = (await client.metrics()).generation_tokens
+    task = asyncio.create_task(client.generate(req))
+    while True:  # until it is decoding
+        if (await client.metrics()).generation_tokens >= before + 8:
+            break
+        await asyncio.sleep(0.05)
+    rec = await pub.publish(WeightUpdate(path=str(adapter), lora=True), version=v0 + 1)
+    r = await task
+    assert r.finish_reason == "abort" and 8 <= len(r.token_ids) < 1500
+    assert set(r.token_versions) == {v0}
+    assert "pause_s" in rec.steps_s and "resume_s" in rec.steps_s and not await client.is_paused()
+    after = await sample(client, "new-adapter", lora=pub.adapter)
+    assert set(after.token_versions) == {rec.version} == {await client.engine_version()}
+    print("lora abort:", rec.to_dict()["steps_s"], rec.apply_pause_s)
+
+
 async def test_a_request_spanning_a_pause_plan_publication_carries_both_versions(client: VLLMClient) -> None:
     """Plan ``pause``: the request is frozen, the weights swapped, its KV recomputed; the
     engine tags its tokens before the swap with the old version and after with the new."""

@@ -285,11 +285,20 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-async def test_engine_death_is_detected_and_restarted(servers: ManagedServers, client: VLLMClient) -> None:
+async def test_engine_death_is_detected_and_restarted(
+    servers: ManagedServers, client: VLLMClient, tmp_path: Path
+) -> None:
     """Kill the EngineCore process under the API server (what the per-request-seed bug of
     vLLM CPU 0.32 does, cpu-inference.md). Requests then fail as InferenceError; the
     supervisor restarts the server on the same URL and re-applies the last published
-    weights and version."""
+    weights, then the served LoRA adapter under its name, and the version (#10: a restarted
+    engine lacked the adapter the LoRA pattern's requests name)."""
+    adapter = create_tiny_lora(ensure_model("tiny"), tmp_path / "lora-r", seed=5)
+    version = client.policy_version + 1
+    await client.load_lora("served-v", str(adapter))
+    await client.set_weight_version(version)
+    servers.remember_adapter("served-v", str(adapter), version)
+    served = await client.generate(greedy("served", n=4, lora="served-v"))
     proc = servers.servers[0].process
     assert proc is not None
     engines = _children(proc.pid)
@@ -319,5 +328,6 @@ async def test_engine_death_is_detected_and_restarted(servers: ManagedServers, c
     assert [e["event"] for e in servers.events if e.get("server") == 0][-2:] == ["healthy", "restarted"]
     assert any(e["event"] == "dead" for e in servers.events)
     assert await client.health()
-    r = await client.generate(greedy("reborn", n=4))
-    assert len(r.token_ids) == 4 and r.policy_version == client.policy_version
+    r = await client.generate(greedy("reborn", n=4, lora="served-v"))
+    assert r.token_ids == served.token_ids and r.token_versions == [version] * 4
+    assert await client.engine_version() == version == client.policy_version

@@ -8,6 +8,7 @@ against real vLLM are in tests/integration/test_vllm_server.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import pytest
 
 from rollbank.errors import InferenceError
 from rollbank.inference.config import ServerConfig
+from rollbank.inference.protocol import GenerateRequest
 from rollbank.inference.server import ManagedServers
 
 STAND_IN = '''
@@ -47,10 +49,11 @@ class H(http.server.BaseHTTPRequestHandler):
         log.write(json.dumps({"port": port, "path": self.path, "body": body, "env": {
             k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "HF_HUB", "KMP_", "OMP_"))}}) + "\\n")
         log.flush()
+        out = b'{"weight_version": "default"}' if self.path == "/weight_info" else b"{}"
         self.send_response(200)
-        self.send_header("Content-Length", "2")
+        self.send_header("Content-Length", str(len(out)))
         self.end_headers()
-        self.wfile.write(b"{}")
+        self.wfile.write(out)
     do_GET = do_POST = _answer
     def log_message(self, *a): pass
 
@@ -129,6 +132,40 @@ async def test_dead_process_is_restarted_on_same_url_with_weights(stand_in: Path
     assert len(rpc) == 2  # the publication, then its re-application after the restart
     assert json.loads(str(rpc[-1]["body"]))["kwargs"] == {"weights_path": "/ckpt/5"}
     assert [e["event"] for e in ms.events] == ["healthy", "dead", "healthy", "restarted"]
+
+
+async def test_a_restarted_server_reloads_the_served_adapter_before_taking_requests(
+        stand_in: Path, tmp_path: Path) -> None:
+    """Regression (#10): with LoRA publication a restarted engine came back without the
+    adapter its client's requests name, so they failed. It now loads the remembered adapter
+    under the same name and names its version before any request reaches it."""
+    async with ManagedServers(config(stand_in, tmp_path)) as ms:
+        client = ms.clients[0]
+        await client.connect()
+        client.model = "policy-v3"  # what the lora pattern routed the client to
+        ms.remember_adapter("policy-v3", "/run/weights/v000003", 3)
+        held: list[asyncio.Task[object]] = []
+
+        def on_ready(_i: int, _s: float) -> None:  # the new engine is healthy, not yet re-loaded
+            held.append(asyncio.create_task(client.generate(GenerateRequest("held", [1, 2]))))
+
+        ms.on_ready = on_ready
+        first = ms.servers[0].process
+        assert first is not None
+        os.killpg(first.pid, signal.SIGKILL)
+        await first.wait()
+        await ms.check_now()
+        assert held and client.hold.is_open
+        await asyncio.gather(*held, return_exceptions=True)  # the stand-in's {} is no result
+        assert client.policy_version == 3
+    after = [r for r in requests(tmp_path)][-4:]
+    assert [r["path"] for r in after] == [
+        "/health", "/v1/load_lora_adapter", "/update_weight_version", "/inference/v1/generate"]
+    assert json.loads(str(after[1]["body"])) == {"lora_name": "policy-v3",
+                                                 "lora_path": "/run/weights/v000003"}
+    assert json.loads(str(after[2]["body"])) == {"new_version": "3"}
+    assert json.loads(str(after[3]["body"]))["model"] == "policy-v3"
+    assert [e["event"] for e in ms.events][-2:] == ["healthy", "restarted"]
 
 
 async def test_crash_at_startup_is_an_error_naming_the_log(

@@ -423,6 +423,8 @@ async def test_lora_failed_load_unloads_and_never_pauses(tmp_path: Path) -> None
     rec = await pub.publish(WeightUpdate(path=str(adapter), lora=True), version=1)
     assert pub.adapter == "policy-v1" and rec.ok and [e.version for e in engines] == [1, 1]
     assert log.index("load-policy-v1:a") < log.index("pause-wait:a")  # loaded before pausing
+    # no prefix-cache reset in the pause: a new adapter's requests cannot hit older blocks
+    assert not any(c.startswith("reset") for c in log) and rec.steps_s["cache_reset_skipped"] == 1
     log.clear()
     engines[1].fail_lora = True
     with pytest.raises(PublicationError):
@@ -431,6 +433,49 @@ async def test_lora_failed_load_unloads_and_never_pauses(tmp_path: Path) -> None
     assert pub.adapter == "policy-v1" and [e.version for e in engines] == [1, 1]
     with pytest.raises(ConfigError):
         LoraPublisher(engines, plan="pause")
+
+
+class AbortingEngine(FakeEngine):
+    """A client whose requests in flight end only on a second abort (the first reached the
+    engine before one of them was added, as happens on a real server)."""
+
+    def __init__(self, url: str, log: list[str]) -> None:
+        super().__init__(url, log)
+        self.running = {"r1", "r2"}
+        self.aborts = 0
+
+    @property
+    def inflight_ids(self) -> tuple[str, ...]:
+        return tuple(sorted(self.running))
+
+    async def abort(self, request_id: str, *more: str) -> None:
+        assert self.gate is not None and not self.gate.is_open  # admission closed first
+        self._call("abort-" + ",".join((request_id, *more)))
+        self.aborts += 1
+        if self.aborts > 1:
+            self.running.clear()
+
+    async def set_weight_version(self, version: int) -> None:
+        assert not self.running  # no request of the old adapter runs when the version changes
+        await super().set_weight_version(version)
+
+
+async def test_lora_abort_plan_aborts_the_requests_in_flight_without_pausing_the_engine(
+        tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    adapter = tmp_path / "a"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 4}')
+    save_file({"x.lora_A.weight": torch.zeros(4, 3)}, str(adapter / "adapter_model.safetensors"))
+    log: list[str] = []
+    engines = [AbortingEngine("a", log), AbortingEngine("b", log)]
+    pub = LoraPublisher(engines, max_rank=8, plan="abort")
+    rec = await pub.publish(WeightUpdate(path=str(adapter), lora=True), version=1)
+    assert rec.ok and [e.version for e in engines] == [1, 1] and pub.fleet.gate.is_open
+    mine = [c.removesuffix(":a") for c in log if c.endswith(":a")]
+    assert mine == ["load-policy-v1", "abort-r1,r2", "abort-r1,r2", "label"]  # no pause, no resume
+    assert LoraPublisher(engines, plan="finish").fleet.abort_only is False
 
 
 async def test_direct_sends_everything_to_a_fleet_with_a_restarted_server(tmp_path: Path) -> None:

@@ -124,11 +124,14 @@ class LoggingPublisher:
 
 async def _train(config: TrainConfig, out: Path, trainer: FakeTrainer, log: list[str],
                  sink: Sink | None = None,
-                 remembered: list[tuple[str, int]] | None = None) -> TrainResult:
+                 remembered: list[tuple[str, int]] | None = None,
+                 adapters: list[tuple[str, str, int]] | None = None) -> TrainResult:
     _, clients = make_fake_fleet(2, responder=_model(log))
     plane = InferencePlane({c.base_url: c for c in clients}, TOK, TOK.vocab_size, "fake",
                            remember_weights=None if remembered is None else
-                           lambda path, v: remembered.append((path, v)))
+                           lambda path, v: remembered.append((path, v)),
+                           remember_adapter=None if adapters is None else
+                           lambda name, path, v: adapters.append((name, path, v)))
 
     def make_publisher(plane: InferencePlane, gate: AdmissionGate) -> Publisher:
         inner = WeightPublisher(list(plane.clients.values()), gate=gate, pause_mode="wait")
@@ -178,6 +181,22 @@ async def test_a_restarted_server_is_told_the_served_checkpoint(tmp_path: Path) 
     await _train(_config("sync", 2), tmp_path / "run", FakeTrainer([]), [], None, remembered)
     weights = tmp_path / "run" / "weights"
     assert remembered == [(str(weights / "v000001"), 1), (str(weights / "v000002"), 2)]
+
+
+async def test_a_restarted_server_is_told_the_served_adapter(tmp_path: Path) -> None:
+    """Regression (#10): with LoRA fine-tuning nothing was remembered, so a restarted engine
+    lacked the adapter its client's requests name. The served adapter, under the name the
+    lora pattern published it as, is now remembered like a full checkpoint."""
+    remembered: list[tuple[str, int]] = []
+    adapters: list[tuple[str, str, int]] = []
+    lora: dict[str, Any] = {"trainer.finetune": "lora", "loop.publisher": "lora",
+                            "loop.inflight": "finish"}
+    config = _config("sync", 2, **lora)
+    await _train(config, tmp_path / "run", FakeTrainer([]), [], None, remembered, adapters)
+    weights = tmp_path / "run" / "weights"
+    assert remembered == []
+    assert adapters == [("policy-v1", str(weights / "v000001"), 1),
+                        ("policy-v2", str(weights / "v000002"), 2)]
 
 
 async def test_async_remembers_a_version_once_it_is_both_published_and_saved(

@@ -7,7 +7,7 @@ latency (new weights ready -> engine serving them), the apply pause (generation 
 the tokens the engine generated during each publication. Full-model updates send every
 tensor (no compaction); LoRA updates are new random adapters of rank 8. Variants
 (``direct-unstaged``, ``direct-reload``, ``direct-salted``, ``checkpoint-salted``,
-``colocated-reload``) run in the same session so a before/after comparison shares the
+``colocated-reload``, ``lora-paused``, ``lora-reset``) run in the same session so a before/after comparison shares the
 machine's load; each record's ``steps_s`` splits the pause (trainer side); with
 ``--server-logs`` the worker's own ``rollbank_shm`` timings are added as ``worker_log``. The
 host's load average is recorded at the start and end of every pattern (a loaded host's
@@ -46,6 +46,11 @@ PATTERN_PLANS: dict[str, tuple[str, ...]] = {
     # prefix-cache reset (a new version never hits an older version's blocks)
     "direct-salted": ("pause",),
     "checkpoint-salted": ("pause",),
+    # lora-paused: the abort plan through the engine's pause + resume (now: client-side
+    # aborts of the old adapter's requests, no engine pause); lora-reset: that and the
+    # prefix-cache reset, as before 2026-12-01 (now skipped: the hashes cover the adapter)
+    "lora-paused": ("abort",),
+    "lora-reset": ("abort",),
 }
 
 
@@ -59,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-tokens", type=int, default=64, help="tokens per load request")
     a("--model", default="tiny", help="model of the engines ('tiny', 'gemma-3-270m')")
     a("--out", type=Path, default=None, help="also write the JSON here")
+    a("--interleave", action="store_true",
+      help="lora variants only (lora, lora-paused, lora-reset): one publisher, the variants "
+      "taken in turn publication by publication, so a changing host load weighs on each alike")
     a("--server-logs", type=Path, default=None,
       help="keep the managed server's log here (rollbank_shm logs its worker-side apply times)")
 
@@ -166,6 +174,38 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
 
         version = await client.engine_version()
         seed = 100
+        if args.interleave:
+            if not all(p.startswith("lora") for p in patterns):
+                raise SystemExit("--interleave takes lora variants only (lora, lora-paused, lora-reset)")
+            plan_i = cast("InflightPlan", (plans or ["abort"])[0])
+            mixed = LoraPublisher([client], plan=plan_i, version=version, max_rank=8, prefix="mixed")
+            by: dict[str, list[dict[str, Any]]] = {p: [] for p in patterns}
+            load_start = _loadavg()
+            loops = [asyncio.create_task(load_loop(i)) for i in range(args.load)]
+            try:
+                await asyncio.sleep(1.0)
+                for k in range(args.publications * len(patterns)):
+                    pattern = patterns[k % len(patterns)]
+                    lora_variant(mixed.fleet, pattern)
+                    path = await asyncio.to_thread(random_lora, model_dir, workdir / f"lora-{k}", seed=k)
+                    ready = time.monotonic()
+                    before = (await client.metrics()).generation_tokens
+                    rec = await mixed.publish(WeightUpdate(path=str(path), lora=True),
+                                              version=version + k + 1, ready_at=ready)
+                    lora_name[0] = mixed.adapter
+                    d = rec.to_dict()
+                    d["tokens_during"] = (await client.metrics()).generation_tokens - before
+                    d["loadavg"] = _loadavg()[0]
+                    by[pattern].append(d)
+                    await asyncio.sleep(0.3 if k % 2 else 0.1)
+            finally:
+                stop.set()
+                for t in loops:
+                    t.cancel()
+                await asyncio.gather(*loops, return_exceptions=True)
+            return {f"{p}/{plan_i}": {"pattern": p, "plan": plan_i, "update": "lora", "interleaved": True,
+                                      "loadavg": {"start": load_start, "end": _loadavg()},
+                                      **summarize(r), "records": r} for p, r in by.items()}
         for pattern in patterns:
             for plan in plans or PATTERN_PLANS[pattern]:
                 if plan not in PATTERN_PLANS[pattern]:
@@ -184,7 +224,8 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                                           prepare=pattern != "direct-reload")
                 else:
                     pub = LoraPublisher([client], plan=plan_t, version=version, max_rank=8,
-                                        prefix=f"bench-{plan}")
+                                        prefix=f"{pattern}-{plan}")
+                    lora_variant(pub.fleet, pattern)
                 pub.fleet.keep_kv = salted
                 load_start = _loadavg()
                 stop.clear()
@@ -195,7 +236,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                     for k in range(args.publications):
                         seed += 1
                         version += 1
-                        if pattern == "lora":
+                        if pattern.startswith("lora"):
                             path = await asyncio.to_thread(random_lora, model_dir,
                                                            workdir / f"lora-{seed}", seed=seed)
                             update = WeightUpdate(path=str(path), lora=True)
@@ -207,7 +248,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                         before = (await client.metrics()).generation_tokens
                         rec = await pub.publish(update, version=version, ready_at=ready)
                         after = (await client.metrics()).generation_tokens
-                        if pattern == "lora":
+                        if pattern.startswith("lora"):
                             lora_name[0] = pub.adapter
                         d = rec.to_dict()
                         d["tokens_during"] = after - before
@@ -222,11 +263,19 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                 lora_name[0] = None
                 client.salt_by_version = False
                 results[f"{pattern}/{plan}"] = {"pattern": pattern, "plan": plan, "cache_salt": salted,
-                                                "update": "lora" if pattern == "lora" else "full",
+                                                "update": "lora" if pattern.startswith("lora") else "full",
                                                 "loadavg": {"start": load_start, "end": _loadavg()},
                                                 **summarize(records), "records": records}
         # leave the base weights (the server stops anyway)
     return results
+
+
+def lora_variant(fleet: Any, pattern: str) -> None:
+    """The fleet settings of a lora variant: ``lora`` = the current ones (abort plan: no
+    engine pause; no prefix-cache reset), ``lora-paused`` = engine pause + resume,
+    ``lora-reset`` = that and the reset (the order before 2026-12-01)."""
+    fleet.abort_only = fleet.plan == "abort" and pattern == "lora"
+    fleet.reset_cache = pattern == "lora-reset"
 
 
 def _loadavg() -> list[float]:

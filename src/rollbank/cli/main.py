@@ -4,7 +4,14 @@ heavy dependencies lazily inside its handler, so `rollbank --help` stays instant
 Exit codes (every command): 0 ok; 1 the run failed (a :class:`~rollbank.errors.RollbankError`
 that is not about input, e.g. a server that never became healthy); 2 usage (unknown flag,
 malformed value on the command line); 3 bad input (a task, config or episode file, named in
-the message); 130 interrupted. Errors go to stderr as one line ``rollbank CMD: error: ...``.
+the message); 130 interrupted (SIGINT, Ctrl-C); 143 terminated (SIGTERM). Errors go to stderr
+as one line ``rollbank CMD: error: ...``.
+
+SIGTERM is handled like SIGINT (:func:`_on_sigterm`): inside ``asyncio.run`` the main task is
+cancelled, so every resource's clean-up runs (managed servers' whole process groups stopped,
+sandboxes closed) before the command exits with 143; a second signal interrupts the clean-up
+and the ``atexit`` hook and watchdog of :mod:`rollbank.inference.process_groups` kill what is
+left (they also cover SIGKILL).
 """
 
 from __future__ import annotations
@@ -13,8 +20,10 @@ import argparse
 import importlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 from rollbank import __version__
 
@@ -55,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rollbank",
         description="Collect agentic-RL rollouts and hand a trainer complete GRPO batches.",
         formatter_class=HelpFormatter,
-        epilog="exit codes: 0 ok, 1 run failed, 2 usage, 3 bad input, 130 interrupted",
+        epilog="exit codes: 0 ok, 1 run failed, 2 usage, 3 bad input, 130 interrupted (SIGINT), "
+               "143 terminated (SIGTERM)",
     )
     parser.add_argument("--version", action="version", version=f"rollbank {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -74,9 +84,34 @@ def _set_formatter(parser: argparse.ArgumentParser) -> None:
                 _set_formatter(child)
 
 
+_terminated: list[int] = []  # SIGTERM received (its exit code is 143, not 130)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM takes SIGINT's path: whatever handles SIGINT now (``asyncio.run``'s handler
+    cancels the main task so clean-up runs; outside it, KeyboardInterrupt) handles it."""
+    _terminated.append(signum)
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):
+        raise KeyboardInterrupt
+    handler(signum, frame)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        if previous is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from rollbank.errors import RollbankError, rollbank_error_in
 
+    _terminated.clear()
     parser = build_parser()
     args = parser.parse_args(argv)
     command = " ".join(str(getattr(args, k)) for k in ("command",) if getattr(args, k, None))
@@ -93,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rollbank {command}: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
+        if _terminated:
+            print(f"rollbank {command}: terminated", file=sys.stderr)
+            return 143
         print(f"rollbank {command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:

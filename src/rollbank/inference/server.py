@@ -4,16 +4,19 @@ Owns :class:`ManagedServers` (configured by :class:`~rollbank.inference.config.S
 
 Invariants
 - Every server runs in its own process group (``start_new_session``) with
-  ``PR_SET_PDEATHSIG=SIGTERM``: when rollbank dies, even by SIGKILL, the kernel signals each
-  server, which shuts its engine down. Stopping sends SIGTERM to the whole group, then
-  SIGKILL after ``stop_timeout_s``; an ``atexit`` hook kills any group still alive, so
-  neither Ctrl-C nor an exception leaves orphans.
+  ``PR_SET_PDEATHSIG=SIGTERM``. Stopping sends SIGTERM to the whole group, then SIGKILL
+  after ``stop_timeout_s``. Live groups are registered in :mod:`.process_groups`, whose
+  ``atexit`` hook and watchdog process kill them if rollbank ends without stopping them
+  (even by SIGKILL): no engine process (the EngineCore, a grandchild) is left orphaned.
 - A server keeps its port (and so its URL and its :class:`VLLMClient`) across restarts.
 - A supervisor task, owned by the context manager and cancelled on exit, checks every
   ``health_interval_s``: a process that exited, or ``/health`` failing
   ``unhealthy_after`` times in a row (vLLM answers 503 once its EngineCore died), marks the
-  server dead; it is killed and restarted (up to ``max_restarts``) and the weights last
-  published through :meth:`ManagedServers.reload_weights` are re-applied. Requests that were
+  server dead; it is killed and restarted (up to ``max_restarts``) and the version every
+  engine serves is re-applied before it takes requests (its client's ``hold`` is closed from
+  the death until then): the checkpoint remembered by :meth:`ManagedServers.remember_weights`
+  (full fine-tuning) and/or the adapter remembered by :meth:`ManagedServers.remember_adapter`
+  (LoRA: loaded under the same name, its version named). Requests that were
   running on it fail at the client with an :class:`~rollbank.errors.InferenceError`
   subtype (connection lost, or HTTP 500 from a dead engine) — the episode layer records an
   infrastructure failure and may re-run them.
@@ -32,9 +35,7 @@ Invariants
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -49,6 +50,7 @@ from typing import Literal
 
 from rollbank.config import cache_dir
 from rollbank.errors import InferenceError
+from rollbank.inference import process_groups
 from rollbank.inference.config import ServerConfig
 from rollbank.inference.host import HostFacts
 from rollbank.inference.models import OFFLINE_ENV, ensure_model
@@ -59,25 +61,6 @@ from rollbank.inference.vllm_client import VLLMClient
 # ServerConfig fields that do not change a server's speed (left out of its fingerprint).
 _NOT_CAPACITY = {"host", "port", "run_dir", "startup_timeout_s", "health_interval_s",
                  "unhealthy_after", "max_restarts", "stop_timeout_s", "python"}
-
-# Process groups still alive, killed at interpreter exit whatever happened.
-_LIVE_GROUPS: set[int] = set()
-
-
-def _kill_live_groups() -> None:
-    for pgid in list(_LIVE_GROUPS):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    _LIVE_GROUPS.clear()
-
-
-atexit.register(_kill_live_groups)
-
-
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -122,6 +105,7 @@ class ManagedServers(StagedStart):
         self._supervisor: asyncio.Task[None] | None = None
         self._weights: tuple[str, int] | None = None
         self._loras: dict[str, str] = {}
+        self._adapter: tuple[str, str, int] | None = None  # (name, path, version) served
         self.events: list[dict[str, object]] = []
         self._init_staged_start()
 
@@ -245,23 +229,29 @@ class ManagedServers(StagedStart):
         iomp = Path(cfg.python or sys.executable).parent.parent / "lib" / "libiomp5.so"
         if iomp.is_file():
             env["LD_PRELOAD"] = ":".join(p for p in (str(iomp), env.get("LD_PRELOAD", "")) if p)
-        return env
+        return process_groups.owned_env(env)  # stopped by the watchdog if rollbank dies
 
     async def _start(self, s: ServerState) -> None:
         t0 = time.monotonic()
         with s.log_path.open("ab") as log:
             log.write(f"\n=== rollbank: start #{s.restarts} at {time.ctime()} ===\n".encode())
             log.flush()
-            s.process = await asyncio.create_subprocess_exec(
+            spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
                 *self.command(s),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
                 env=self.environment(s),
                 start_new_session=True,
-                preexec_fn=_set_pdeathsig,
-            )
-        _LIVE_GROUPS.add(s.process.pid)
+                preexec_fn=process_groups.set_pdeathsig,
+            ))
+            try:
+                s.process = await asyncio.shield(spawn)
+            except asyncio.CancelledError:  # forked already: recorded, so _stop kills its group
+                s.process = await spawn
+                process_groups.register(s.process.pid)
+                raise
+        process_groups.register(s.process.pid)
         client = self.clients[s.index]
         deadline = t0 + self.config.startup_timeout_s
         while not await client.health():
@@ -298,11 +288,9 @@ class ManagedServers(StagedStart):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), self.config.stop_timeout_s)
         # The group may hold engine processes even after the API server exited.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+        process_groups.kill(pgid)
         if proc.returncode is None:
             await proc.wait()
-        _LIVE_GROUPS.discard(pgid)
 
     async def _stop_all(self) -> None:
         try:
@@ -310,7 +298,9 @@ class ManagedServers(StagedStart):
                 for s in self.servers:
                     tg.create_task(self._stop(s))
         finally:
-            _kill_live_groups_of(self.servers)
+            for s in self.servers:
+                if s.process is not None and process_groups.is_live(s.process.pid):
+                    process_groups.kill(s.process.pid)
             for c in self.clients:
                 await c.aclose()
 
@@ -347,18 +337,35 @@ class ManagedServers(StagedStart):
     async def _restart(self, s: ServerState, reason: str) -> None:
         s.dead_reason = reason
         self.events.append({"event": "dead", "server": s.index, "reason": reason})
-        await self._stop(s)
-        if s.restarts >= self.config.max_restarts:
-            self.events.append({"event": "gave_up", "server": s.index})
-            return
-        s.restarts += 1
-        await self._start(s)
         client = self.clients[s.index]
+        client.hold.close()  # no request reaches the new engine before it serves the fleet's version
+        try:
+            await self._stop(s)
+            if s.restarts >= self.config.max_restarts:
+                self.events.append({"event": "gave_up", "server": s.index})
+                return
+            s.restarts += 1
+            await self._start(s)
+            try:
+                await self._reapply(client)
+            except BaseException:
+                await self._stop(s)  # not the served version: down, restarted at the next check
+                raise
+            self.events.append({"event": "restarted", "server": s.index, "restarts": s.restarts})
+        finally:
+            client.hold.open()
+
+    async def _reapply(self, client: VLLMClient) -> None:
+        """Make a restarted engine serve what the others serve: the remembered checkpoint,
+        then the remembered adapter under its name, its version named on the engine."""
         for name, path in self._loras.items():
             await client.load_lora(name, path)
         if self._weights is not None:
             await client.reload_weights(self._weights[0], version=self._weights[1])
-        self.events.append({"event": "restarted", "server": s.index, "restarts": s.restarts})
+        if self._adapter is not None:
+            name, path, version = self._adapter
+            await client.load_lora(name, path)
+            await client.set_weight_version(version)
 
     async def check_now(self) -> list[str | None]:
         """Run one supervision round immediately; returns each server's death reason."""
@@ -376,16 +383,14 @@ class ManagedServers(StagedStart):
         """Record weights published by someone else (e.g. WeightPublisher) for restarts."""
         self._weights = (weights_path, version)
 
+    def remember_adapter(self, name: str, path: str, version: int) -> None:
+        """Record the LoRA adapter every engine serves as ``version`` (published under
+        ``name``): a restarted server loads it under the same name and names ``version``."""
+        self._adapter = (name, path, version)
+
     async def load_lora(self, name: str, path: str) -> None:
         async with asyncio.TaskGroup() as tg:
             for c in self.clients:
                 tg.create_task(c.load_lora(name, path))
         self._loras[name] = path
 
-
-def _kill_live_groups_of(servers: list[ServerState]) -> None:
-    for s in servers:
-        if s.process is not None and s.process.pid in _LIVE_GROUPS:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(s.process.pid, signal.SIGKILL)
-            _LIVE_GROUPS.discard(s.process.pid)

@@ -131,8 +131,9 @@ class SGLangClient(VLLMClient):
             token_versions=[version] * len(token_ids),
         )
 
-    async def abort(self, request_id: str) -> None:
-        await self._send("POST", "/abort_request", json={"rid": request_id}, request_id=request_id)
+    async def abort(self, request_id: str, *more: str) -> None:
+        for rid in (request_id, *more):  # one request id per call
+            await self._send("POST", "/abort_request", json={"rid": rid}, request_id=rid)
 
     async def pause(self, mode: PauseMode = "wait", *, clear_cache: bool = True) -> None:
         if mode not in _PAUSE:

@@ -22,7 +22,8 @@ Wire contract (endpoints as vLLM 0.32 registers them; the control routes need
   a :class:`~rollbank.inference.publish.WeightPublisher` installs its gate on its clients.
 - abort: ``POST /inference/v1/abort_requests {"request_ids": ["generate-tokens-<id>"]}``
   (scale-out) or ``POST /abort_requests {"request_ids": ["cmpl-<id>-0"]}``; the aborted
-  generation returns with ``finish_reason="abort"`` and its partial tokens. Cancelling
+  generation returns with ``finish_reason="abort"`` and its partial tokens
+  (several ids in one call: ``abort(*inflight_ids)``). Cancelling
   :meth:`generate` closes the connection, which also aborts server side.
 - pause/resume: ``POST /pause?mode=&clear_cache=``, ``POST /resume``, ``GET /is_paused``;
   ``POST /reset_prefix_cache``; weights: ``POST /collective_rpc`` with
@@ -111,6 +112,8 @@ class VLLMClient:
         self._connected = False
         self._connect_lock = asyncio.Lock()
         self._admission = admission or AdmissionGate()
+        # closed by the server's supervisor while a restarted engine re-loads the served version
+        self.hold = AdmissionGate()
         # False only behind a third-party router (routing benchmarks): no /weight_info there,
         # completions results carry the client's own version. Never for collection.
         self._versions_from_engine = versions_from_engine
@@ -153,6 +156,10 @@ class VLLMClient:
     def inflight(self) -> int:
         """Requests this client has sent and not yet seen answered."""
         return len(self._inflight)
+
+    @property
+    def inflight_ids(self) -> tuple[str, ...]:
+        return tuple(self._inflight)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -249,7 +256,9 @@ class VLLMClient:
         """Wait for admission, send one generation, return it with the engine's versions."""
         if not self._connected:
             await self.connect()
-        await self._admission.wait_open()  # last thing before sending
+        while not (self.hold.is_open and self._admission.is_open):  # last thing before sending
+            await self.hold.wait_open()
+            await self._admission.wait_open()
         rid = request.request_id
         t0 = time.monotonic()
         self._inflight.add(rid)
@@ -306,12 +315,13 @@ class VLLMClient:
                 f"malformed {path} response: {exc!r}", server=self._base_url, request_id=rid
             ) from exc
 
-    async def abort(self, request_id: str) -> None:
+    async def abort(self, request_id: str, *more: str) -> None:
+        ids = (request_id, *more)
         if self._scale_out:
-            path, engine_id = wire.SCALE_OUT_ABORT, f"generate-tokens-{request_id}"
+            path, engine_ids = wire.SCALE_OUT_ABORT, [f"generate-tokens-{r}" for r in ids]
         else:
-            path, engine_id = "/abort_requests", f"cmpl-{request_id}-0"
-        await self._send("POST", path, json={"request_ids": [engine_id]}, request_id=request_id)
+            path, engine_ids = "/abort_requests", [f"cmpl-{r}-0" for r in ids]
+        await self._send("POST", path, json={"request_ids": engine_ids}, request_id=request_id)
 
     # ------------------------------------------------------------------ control plane
     async def pause(self, mode: PauseMode = "wait", *, clear_cache: bool = True) -> None:

@@ -76,6 +76,19 @@ class BuiltinTrainer:
         return {k: v.detach().clone() for k, v in state.items()}
 
 
+def _remember(config: TrainConfig, plane: InferencePlane) -> Callable[[str, int], None] | None:
+    """What tells managed servers the version a restarted one must serve: the full
+    checkpoint, or (LoRA) the adapter under the name the lora pattern published it as."""
+    if config.trainer.finetune == "full":
+        return plane.remember_weights
+    adapter = plane.remember_adapter
+    if adapter is None:
+        return None
+    from rollbank.inference.publishing.lora import adapter_name
+
+    return lambda path, version: adapter(adapter_name(version), path, version)
+
+
 async def train_with(
     config: TrainConfig,
     *,
@@ -123,9 +136,7 @@ async def train_with(
             for r in recorders:
                 r(rec)
 
-        # a restarted managed server re-loads the served version's full checkpoint (a LoRA
-        # checkpoint is an adapter, not weights to reload: not remembered)
-        remember = (inference.remember_weights if config.trainer.finetune == "full" else None)
+        remember = _remember(config, inference)
         loop = TrainingLoop(config.loop, trainer, publisher, gate=gate, servers=servers,
                             weights_root=out_dir / "weights", router=router, record=record,
                             progress=progress, clock=clock, remember=remember)

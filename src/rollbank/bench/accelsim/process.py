@@ -19,7 +19,8 @@ from types import TracebackType
 import httpx
 
 from rollbank.errors import InferenceError
-from rollbank.inference.server import _set_pdeathsig, free_port
+from rollbank.inference.process_groups import set_pdeathsig
+from rollbank.inference.server import free_port
 from rollbank.inference.vllm_client import VLLMClient
 
 SRC = str(Path(__file__).resolve().parents[3])  # this checkout's src/ wins in the child
@@ -102,7 +103,7 @@ class AccelSimServers:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH", "")) if p)
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdout=log or out, stderr=log or out, start_new_session=True,
-            preexec_fn=_set_pdeathsig, env=env,
+            preexec_fn=set_pdeathsig, env=env,
         )
         if log is not None:
             log.close()

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from rollbank.clock import Clock, MonotonicClock
-from rollbank.errors import PublicationError
+from rollbank.errors import InferenceError, PublicationError
 from rollbank.inference.protocol import AdmissionGate, PauseMode
 from rollbank.inference.publishing.protocol import PLAN_TO_PAUSE, InflightPlan, PublicationRecord
 
@@ -60,6 +60,8 @@ class Fleet:
         gate: AdmissionGate | None = None,
         clock: Clock | None = None,
         keep_kv: bool = False,
+        reset_cache: bool = True,
+        abort_only: bool = False,
     ) -> None:
         if not clients:
             raise ValueError("a fleet needs at least one server")
@@ -70,15 +72,42 @@ class Fleet:
             c.set_admission(self.gate)
         self.clock = clock or MonotonicClock()
         self.keep_kv = keep_kv
+        # False: no prefix-cache reset at all, for updates whose new requests cannot hit an
+        # older version's blocks whatever the plan (LoRA: the hash covers the adapter's name)
+        self.reset_cache = reset_cache
+        # plan "abort" without pausing the engines: every client aborts what it has in flight
+        # (clients with ``inflight_ids`` and ``abort(*ids)``), nothing to resume; for updates
+        # that leave the running weights alone (LoRA: a new adapter). Saves the pause and
+        # resume round trips (and vLLM's fixed 20 ms sleep in its pause)
+        self.abort_only = abort_only
+
+    def _skips_reset(self, mode: PauseMode) -> bool:
+        return not self.reset_cache or (mode == "keep" and self.keep_kv)
 
     async def _reset(self, mode: PauseMode) -> list[BaseException | None]:
+        if self._skips_reset(mode):
+            return []
         if mode != "keep":  # nothing runs: the reset succeeds (retried while blocks drain)
             return await self.all("reset", lambda c: c.reset_prefix_cache())
-        if self.keep_kv:  # requests frozen in place keep their pre-update KV, by choice
-            return []
         # frozen requests hold blocks: preempt them so their KV is recomputed with the new
         # weights after the resume, and the prefix cache can be emptied now
         return await self.all("reset", lambda c: c.reset_prefix_cache(attempts=2, reset_running_requests=True))
+
+    async def _abort_inflight(self, c: FleetClient, timeout_s: float = 30.0) -> None:
+        """Abort every request ``c`` sent until each has answered (repeated: a request not
+        yet added to the engine ignores an abort); admission is closed, nothing new comes."""
+        client: Any = c
+        deadline = self.clock.now() + timeout_s
+        while ids := client.inflight_ids:
+            if self.clock.now() > deadline:
+                raise InferenceError(f"{len(ids)} aborted requests never answered", server=c.base_url)
+            await client.abort(*ids)
+            await asyncio.sleep(0.005)
+
+    async def _stop(self, mode: PauseMode) -> list[BaseException | None]:
+        if self.abort_only and mode == "abort":
+            return await self.all("abort", self._abort_inflight)
+        return await self.all("pause", lambda c: c.pause(mode, clear_cache=False))
 
     async def all(self, name: str, step: Step) -> list[BaseException | None]:
         async def one(c: FleetClient) -> BaseException | None:
@@ -122,7 +151,7 @@ class Fleet:
         first_error: BaseException | None = None
         try:
             paused_at = t = self.clock.now()
-            errors = await self.all("pause", lambda c: c.pause(mode, clear_cache=False))
+            errors = await self._stop(mode)
             steps["pause_s"] = (t2 := self.clock.now()) - t
             if any(errors):
                 first_error = next(e for e in errors if e is not None)
@@ -139,8 +168,9 @@ class Fleet:
             reset_errors = await self._reset(mode)
             steps["reset_s"] = (t5 := self.clock.now()) - t4
             steps["cache_reset_failed"] = float(sum(e is not None for e in reset_errors))
-            steps["cache_reset_skipped"] = float(mode == "keep" and self.keep_kv)
-            await self.all("resume", lambda c: c.resume())
+            steps["cache_reset_skipped"] = float(self._skips_reset(mode))
+            if not (self.abort_only and mode == "abort"):  # nothing paused otherwise
+                await self.all("resume", lambda c: c.resume())
             resumed_at = self.clock.now()
             steps["resume_s"] = resumed_at - t5
         finally:

@@ -5,7 +5,12 @@ server *before* generation is paused: requests on the previous adapter keep runn
 failed load unloads the new adapter where it did load and raises, nothing paused. Then the
 short pause names the version on each engine (so per-token versions stay the engine's) and
 switches :attr:`LoraPublisher.adapter`, the name requests must carry from then on. Adapters
-older than the previous one are unloaded afterwards.
+older than the previous one are unloaded afterwards. The prefix cache is not reset: vLLM's
+block hashes include the adapter's name and path, and the base weights never change, so no
+request can reuse a block of another version. With the ``abort`` plan the engines are not
+paused at all (their weights do not change): admission closes, each client aborts every
+request it has in flight until all answered, the version is named and the clients switched,
+admission reopens (``Fleet.abort_only``; clients without ``inflight_ids``: pause + resume).
 
 In-flight plan ``pause`` (keep) is refused: a kept request would go on with the old adapter
 while the engine tags its tokens with the new version. ``finish`` and ``abort`` are exact.
@@ -31,6 +36,11 @@ from rollbank.inference.publishing.protocol import (
     WeightUpdate,
 )
 from rollbank.inference.publishing.state import read_safetensors_meta, validate
+
+
+def adapter_name(version: int, prefix: str = "policy") -> str:
+    """The adapter name version ``version`` is published under."""
+    return f"{prefix}-v{version}"
 
 
 class LoraClient(FleetClient, Protocol):
@@ -65,7 +75,13 @@ class LoraPublisher:
         self.prefix = prefix
         self.max_rank = max_rank
         self.clock = clock or MonotonicClock()
-        self.fleet = Fleet(self.clients, plan=plan, gate=gate, clock=self.clock)
+        # no prefix-cache reset: vLLM's block hashes cover the adapter (name and path), and
+        # each version is a new adapter, so no request can hit an older version's blocks
+        # plan abort: the old adapter's requests are aborted, the engines are not paused (the
+        # running weights do not change), when every client can abort what it has in flight
+        abort_only = plan == "abort" and all(hasattr(c, "inflight_ids") for c in self.clients)
+        self.fleet = Fleet(self.clients, plan=plan, gate=gate, clock=self.clock, reset_cache=False,
+                           abort_only=abort_only)
         self._version = version
         self.adapter = adapter  # name requests carry; None = base weights
         self.loaded: list[str] = [adapter] if adapter else []
@@ -86,7 +102,7 @@ class LoraPublisher:
         return self._version
 
     def name_of(self, version: int) -> str:
-        return f"{self.prefix}-v{version}"
+        return adapter_name(version, self.prefix)
 
     def _serving(self) -> dict[str, int]:
         return {c.base_url: self._version for c in self.clients}
