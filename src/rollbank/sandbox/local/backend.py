@@ -39,6 +39,7 @@ from rollbank.sandbox.local.runtime import (
     NSENTER,
     SETPRIV_IN_SANDBOX,
     UNSHARE,
+    IdMapping,
     init_argv,
     rlimit_shell,
     rlimit_values,
@@ -48,6 +49,26 @@ from rollbank.sandbox.local.snapshot import LocalSnapshot
 from rollbank.sandbox.protocol import Limits, Sandbox, SandboxBackend, SandboxSpec, Snapshot
 
 _START_TIMEOUT_S = 30.0
+#: Ids mapped on idmapped layers (0-65535: every id a Debian/Ubuntu base uses).
+USERNS_COUNT = 65536
+
+
+def probe_userns(helper: Path | None, mount_dir: Path, host_id: int) -> str | None:
+    """None if sandboxes can be mapped here, else why not (``rb-helper probe``: an idmapped
+    layer under an overlay and an unprivileged user namespace, in a throw-away namespace)."""
+    if helper is None:
+        return "user-namespace id mapping needs rb-helper (no C compiler, or use_helper off)"
+    try:
+        proc = subprocess.run(
+            [str(helper), "probe", str(mount_dir), str(host_id), str(USERNS_COUNT)],
+            capture_output=True, text=True, timeout=_START_TIMEOUT_S, check=False,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the id-mapping probe did not run: {exc}"
+    if proc.returncode != 0:
+        return f"the id-mapping probe failed: {proc.stderr.strip()[-500:] or proc.returncode}"
+    return None
 
 
 def check_isolation(config: LocalSandboxConfig) -> None:
@@ -76,6 +97,9 @@ class LocalBackend:
         self.config = config or LocalSandboxConfig()
         self._layout: CgroupLayout | None = None
         self._helper: Path | None = None
+        #: the sandboxes' id mapping (None: their root is host uid 0) and why it is what it is
+        self.userns: IdMapping | None = None
+        self.userns_reason = "not decided yet (the backend has not started a sandbox)"
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._snapshots: dict[str, LocalSnapshot] = {}
         self._sem = asyncio.Semaphore(self.config.max_concurrent_starts)
@@ -113,7 +137,23 @@ class LocalBackend:
             (self._owner_dir / "err").mkdir(parents=True, exist_ok=True)
             self._layout = CgroupLayout.detect()
             self._helper = helper_path() if self.config.use_helper else None
+            self._decide_userns()
         return self._layout
+
+    def _decide_userns(self) -> None:
+        mode, host_id = self.config.userns, self.config.userns_host_id
+        if mode == "off":
+            self.userns, self.userns_reason = None, "off by configuration (userns = 'off')"
+            return
+        why = probe_userns(self._helper, self.mount_dir, host_id)
+        if why is None:
+            self.userns = IdMapping(host_id, USERNS_COUNT)
+            self.userns_reason = f"mapped: sandbox root is host uid {host_id} ({mode})"
+        elif mode == "mapped":
+            self._layout = None
+            raise IsolationUnavailableError(f"userns = 'mapped' is not possible here: {why}")
+        else:
+            self.userns, self.userns_reason = None, f"off (auto): {why}"
 
     def reap(self) -> int:
         """Remove what dead orchestrators left: cgroups (killing their processes), dirs."""
@@ -159,7 +199,7 @@ class LocalBackend:
                 procs_files=cg.init_procs_files(), mount_dir=self.mount_dir, layers=spec.layers,
                 storage_mb=lim.storage_mb, rlimits=rl, bwrap=self.config.bwrap,
                 hostname=spec.hostname, network=spec.network and self.config.allow_network,
-                helper=self._helper, rlimit_vals=rv,
+                helper=self._helper, rlimit_vals=rv, mapping=self._mapping(spec),
             )
             init = _popen_init(argv, errfile)
             try:
@@ -185,6 +225,13 @@ class LocalBackend:
             raise
         self._sandboxes[sbid] = sb
         return sb
+
+    def _mapping(self, spec: SandboxSpec) -> IdMapping | None:
+        """The id mapping for ``spec``: this backend's snapshot layers are already shifted."""
+        if self.userns is None:
+            return None
+        shifted = frozenset(p for p in spec.layers if p.is_relative_to(self.snapshot_dir))
+        return replace(self.userns, shifted=shifted)
 
     async def fork(
         self, snapshot: Snapshot, n: int, *, budget_s: float | None = None

@@ -4,11 +4,15 @@ Owns the helper's source and its build. Starting a sandbox and running a command
 handful of process executions when done with shell tools (measured here: ~4 ms of CPU per
 command); the helper does the same syscalls in one process:
 
-* ``rb-helper init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE N CG... -- BWRAP ARGV``:
+* ``rb-helper init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE MAP N CG... -- BWRAP ARGV``:
   ``unshare(CLONE_NEWNS)`` + private propagation, join the cgroups, set rlimits (core 0,
   open files, file size), mount the tmpfs writable layer and the overlay, mount the pristine
   layers read-only at ``MOUNT_DIR/pristine`` (``PRISTINE``: ``lowerdir=`` options, a bind for
-  one layer, ``-`` for none; bwrap hides it under an empty tmpfs), exec bubblewrap.
+  one layer, ``-`` for none; bwrap hides it under an empty tmpfs), exec bubblewrap. ``MAP``
+  (``-``: off) maps the sandbox's root to an unprivileged host id
+  (:mod:`~rollbank.sandbox.local.helper_userns`): the upper layer owned by that id, idmapped
+  read-only views of the listed layers, the root bound at a stage bubblewrap can reach, and
+  bubblewrap exec'd as that id.
 * ``rb-helper anchor``: the sandbox's pid 1 (``bwrap --as-pid-1``), run from a descriptor
   the init inherits to bwrap: it cannot be killed from inside the sandbox (a model's
   ``kill -9 -1`` does not take the sandbox down) and it reaps orphaned processes.
@@ -17,7 +21,8 @@ command); the helper does the same syscalls in one process:
   namespaces, ``chroot`` to its root (fd opened before entering), ``chdir`` *inside* the
   sandbox, drop the capability bounding set to ``CAPMASK`` (0 = keep) and clear inheritable
   and ambient capabilities, fork (the pid namespace applies to children), exec ARGV, and
-  mirror the child's exit status or signal.
+  mirror the child's exit status or signal. In a mapped sandbox the command becomes the root
+  of the sandbox's user namespace (the mapped host id), not host root.
 * ``rb-helper vexec ANCHOR CWD NOFILE FSIZE CAPMASK PINS N CG... -- ARGV``: ``exec``, but the
   child first gets a private mount namespace (inside the sandbox's user namespace) in which
   each path of ``PINS`` (newline-separated) shows the pristine layers' version (a directory:
@@ -44,12 +49,14 @@ import tempfile
 from pathlib import Path
 
 from rollbank.config import cache_dir
+from rollbank.sandbox.local.helper_userns import SOURCE as USERNS_SOURCE
 
 SOURCE = r"""
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <linux/nsfs.h>
 #include <sched.h>
@@ -89,18 +96,19 @@ static void set_limits(const char *nofile, const char *fsize) {
     r.rlim_cur = r.rlim_max = strtoull(fsize, NULL, 10);
     if (setrlimit(RLIMIT_FSIZE, &r)) die("rlimit fsize");
 }
+""" + USERNS_SOURCE + r"""
 
 static int do_init(int argc, char **argv) {
-    /* init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE N CG... -- ARGV */
-    if (argc < 9) { fprintf(stderr, "rb-helper: init: bad arguments\n"); return 125; }
+    /* init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE MAP N CG... -- ARGV */
+    if (argc < 10) { fprintf(stderr, "rb-helper: init: bad arguments\n"); return 125; }
     const char *mdir = argv[2];
-    int n = atoi(argv[8]);
-    if (argc < 9 + n + 2 || strcmp(argv[9 + n], "--") != 0) {
+    int n = atoi(argv[9]);
+    if (argc < 10 + n + 2 || strcmp(argv[10 + n], "--") != 0) {
         fprintf(stderr, "rb-helper: init: bad arguments\n"); return 125;
     }
     if (unshare(CLONE_NEWNS)) die("unshare mount namespace");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
-    join_cgroups(n, argv + 9);
+    join_cgroups(n, argv + 10);
     set_limits(argv[6], argv[7]);
     char opts[64], path[4096];
     snprintf(opts, sizeof opts, "size=%sm,mode=0755", argv[3]);
@@ -109,6 +117,26 @@ static int do_init(int argc, char **argv) {
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", mdir, subs[i]);
         if (mkdir(path, 0755)) die("mkdir");
+    }
+    /* MAP: "-", or "ID COUNT STAGE" then (layer, idmapped view) path pairs, one a line */
+    char *map = strcmp(argv[8], "-") != 0 ? argv[8] : NULL, *stage = NULL;
+    unsigned long map_id = 0;
+    if (map) {
+        char *save = NULL, *head = strtok_r(map, "\n", &save);
+        char *id_s = head ? strtok(head, " ") : NULL, *count_s = strtok(NULL, " ");
+        stage = strtok(NULL, " ");
+        if (!id_s || !count_s || !stage) { fprintf(stderr, "rb-helper: init: bad map\n"); return 125; }
+        map_id = strtoul(id_s, NULL, 10);
+        snprintf(path, sizeof path, "%s/upper", mdir);
+        if (chown(path, map_id, map_id)) die("chown upper");  /* the sandbox root's */
+        int userns = make_userns(map_id, strtoul(count_s, NULL, 10));
+        for (char *src; (src = strtok_r(NULL, "\n", &save)) != NULL;) {
+            char *dst = strtok_r(NULL, "\n", &save);
+            if (!dst) { fprintf(stderr, "rb-helper: init: bad map\n"); return 125; }
+            idmap_layer(src, dst, userns);
+        }
+        close(userns);
+        snprintf(path, sizeof path, "%s/root", mdir);
     }
     if (mount("rollbank", path, "overlay", 0, argv[4])) die("mount overlay");
     const char *pristine = argv[5];
@@ -123,7 +151,23 @@ static int do_init(int argc, char **argv) {
             die("mount pristine overlay");
         }
     }
-    char **cmd = argv + 9 + n + 1;
+    if (map) {
+        /* bubblewrap runs as the mapped id, which cannot reach MOUNT_DIR (under root's
+           home): bind the root and the pristine layers on a tmpfs at STAGE (this private
+           mount namespace only) */
+        char src[4200];
+        if (mount("rollbank-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=16k,mode=0755"))
+            die_at("mount stage", stage);
+        const char *binds[] = {"root", "pristine"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(src, sizeof src, "%s/%s", mdir, binds[i]);
+            if (i == 1 && strcmp(pristine, "-") == 0) break;
+            snprintf(path, sizeof path, "%s/%s", stage, binds[i]);
+            if (mkdir(path, 0755)) die_at("mkdir", path);
+            if (mount(src, path, NULL, MS_BIND | MS_REC, NULL)) die_at("bind", path);
+        }
+    }
+    char **cmd = argv + 10 + n + 1;
     /* The anchor is this very binary, run by bwrap as the sandbox's pid 1 from an inherited
        descriptor (it is not in the sandbox's filesystem): "@ANCHOR@" -> /proc/self/fd/N. */
     static char anchor_path[64];
@@ -132,6 +176,7 @@ static int do_init(int argc, char **argv) {
     snprintf(anchor_path, sizeof anchor_path, "/proc/self/fd/%d", self);
     for (char **a = cmd; *a; a++)
         if (strcmp(*a, "@ANCHOR@") == 0) *a = anchor_path;
+    if (map) drop_to(map_id);
     execv(cmd[0], cmd);
     die("exec bwrap");
     return 125;
@@ -258,6 +303,7 @@ static int do_exec(int argc, char **argv) {
     if (rootfd < 0) die("open anchor root");
     /* the pid was not recycled between pidfd_open and open: the pidfd's process still lives */
     if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0)) die("anchor gone");
+    if (setgroups(0, NULL)) die("setgroups");  /* no host group follows into the sandbox */
     int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET |
                 CLONE_NEWPID | CLONE_NEWCGROUP;
     int userfd = -1;
@@ -276,6 +322,10 @@ static int do_exec(int argc, char **argv) {
     }
     if (setns(pidfd, flags)) die("setns");
     close(pidfd);
+    /* Mapped sandbox: host root is no id in its user namespace; act as its root (the mapped
+       host id; full capabilities in the namespace, none outside). */
+    if (geteuid() != 0 && (setresgid(0, 0, 0) || setresuid(0, 0, 0)))
+        die("become the sandbox's root");
     if (fchdir(rootfd) || chroot(".")) die("chroot");
     close(rootfd);
     if (chdir(cwd)) {
@@ -342,6 +392,7 @@ static int do_anchor(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "anchor") == 0) return do_anchor();
     if (argc > 1 && strcmp(argv[1], "init") == 0) return do_init(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "probe") == 0) return do_probe(argc, argv);
     if (argc > 1 && (strcmp(argv[1], "exec") == 0 || strcmp(argv[1], "vexec") == 0))
         return do_exec(argc, argv);
     fprintf(stderr, "usage: rb-helper init|exec ...\n");
