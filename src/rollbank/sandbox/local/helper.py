@@ -155,16 +155,21 @@ static int do_init(int argc, char **argv) {
         /* bubblewrap runs as the mapped id, which cannot reach MOUNT_DIR (under root's
            home): bind the root and the pristine layers on a tmpfs at STAGE (this private
            mount namespace only) */
-        char src[4200];
+        const char *binds[] = {"root", "pristine"};
+        int fds[2] = {-1, -1};  /* opened first: MOUNT_DIR may be under STAGE */
+        for (int i = 0; i < 2 && (i == 0 || strcmp(pristine, "-") != 0); i++) {
+            snprintf(path, sizeof path, "%s/%s", mdir, binds[i]);
+            if ((fds[i] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) die_at("open", path);
+        }
         if (mount("rollbank-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=16k,mode=0755"))
             die_at("mount stage", stage);
-        const char *binds[] = {"root", "pristine"};
-        for (int i = 0; i < 2; i++) {
-            snprintf(src, sizeof src, "%s/%s", mdir, binds[i]);
-            if (i == 1 && strcmp(pristine, "-") == 0) break;
+        for (int i = 0; i < 2 && fds[i] >= 0; i++) {
+            char src[64];
+            snprintf(src, sizeof src, "/proc/self/fd/%d", fds[i]);
             snprintf(path, sizeof path, "%s/%s", stage, binds[i]);
             if (mkdir(path, 0755)) die_at("mkdir", path);
             if (mount(src, path, NULL, MS_BIND | MS_REC, NULL)) die_at("bind", path);
+            close(fds[i]);
         }
     }
     char **cmd = argv + 10 + n + 1;
@@ -371,6 +376,9 @@ static int do_anchor(void) {
     /* pid 1 of the sandbox: immune to signals from inside its pid namespace (no handler but
        SIGCHLD's), reaps every orphan, holds no descriptor of the host. */
     prctl(PR_SET_NAME, "rollbank-init", 0, 0, 0);
+    /* not ptraceable by the sandbox's commands (they lack CAP_SYS_PTRACE): in a mapped
+       sandbox the anchor holds no capability, so "fewer capabilities" no longer protects it */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) { dup2(null, 0); dup2(null, 1); dup2(null, 2); }
     for (int fd = 3; fd < 1024; fd++) close(fd);

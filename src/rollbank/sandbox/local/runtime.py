@@ -58,8 +58,18 @@ _CAP_NUMBERS = {
 }
 DEFAULT_CAP_MASK = sum(1 << _CAP_NUMBERS[c] for c in DEFAULT_CAPS)
 #: Where a mapped sandbox's init binds its root for bubblewrap, which runs as the mapped host
-#: id and cannot reach ``run_dir`` (a tmpfs over it in the init's private mount namespace).
-MAPPED_STAGE = "/tmp"
+#: id and cannot reach ``run_dir`` (a tmpfs over the first of these that holds neither the
+#: mount dir nor bubblewrap, in the init's private mount namespace only).
+MAPPED_STAGES = ("/tmp", "/run", "/mnt", "/srv")
+
+
+def mapped_stage(mount_dir: Path, bwrap: str) -> str:
+    for stage in MAPPED_STAGES:
+        if Path(stage).is_dir() and not any(
+                Path(p).is_relative_to(stage) for p in (mount_dir, bwrap)):
+            return stage
+    raise SandboxStartError(f"no directory of {MAPPED_STAGES} can stage a mapped sandbox's "
+                            f"root apart from {mount_dir}")
 
 
 @dataclass(frozen=True)
@@ -145,8 +155,8 @@ def rlimit_shell(*, open_files: int, file_size_mb: int) -> str:
     return f"ulimit -c 0 && ulimit -n {int(open_files)} && ulimit -f {int(file_size_mb) * 2048}"
 
 
-def idmapped_views(layers: Sequence[Path], mount_dir: Path, mapping: IdMapping | None
-                   ) -> tuple[list[str], str]:
+def idmapped_views(layers: Sequence[Path], mount_dir: Path, mapping: IdMapping | None,
+                   stage: str = "/tmp") -> tuple[list[str], str]:
     """(the path the overlay uses for each layer, the helper's ``MAP`` argument)."""
     if mapping is None:
         return [str(p) for p in layers], "-"
@@ -158,7 +168,7 @@ def idmapped_views(layers: Sequence[Path], mount_dir: Path, mapping: IdMapping |
             shown.append(f"{mount_dir}/l{i}")
             pairs += [str(layer), shown[-1]]
     return shown, "\n".join(
-        [f"{int(mapping.host_id)} {int(mapping.count)} {MAPPED_STAGE}", *pairs])
+        [f"{int(mapping.host_id)} {int(mapping.count)} {stage}", *pairs])
 
 
 def init_argv(
@@ -181,12 +191,12 @@ def init_argv(
     m = str(mount_dir)
     if mapping is not None and helper is None:
         raise SandboxStartError("user-namespace id mapping needs rb-helper (a C compiler)")
-    shown, idmap = idmapped_views(layers, mount_dir, mapping)
+    stage = m if mapping is None else mapped_stage(mount_dir, bwrap)
+    shown, idmap = idmapped_views(layers, mount_dir, mapping, stage)
     # the pristine layers (read-only) for pinned verifier commands: helper path only
     pristine = "lowerdir=" + ":".join(reversed(shown)) if helper else "-"
     joins = " && ".join(f"echo $$ > {q(str(f))}" for f in procs_files) or "true"
     opts = overlay_options(layers, f"{m}/upper", f"{m}/work", shown)
-    stage = m if mapping is None else MAPPED_STAGE
     bw = [
         bwrap, "--bind", f"{stage}/root", "/", "--proc", "/proc",
         # The sandbox's root may be host uid 0 (userns "off"), and sysctl writes are checked by uid
