@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from rollbank.errors import IsolationUnavailableError
-from rollbank.sandbox.local.backend import LocalBackend
+from rollbank.sandbox.local.backend import LocalBackend, probe_userns
 from rollbank.sandbox.local.config import LocalSandboxConfig
+from rollbank.sandbox.local.helper import helper_path
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.protocol import SandboxSpec
 
@@ -52,6 +53,13 @@ async def _start(backend: LocalBackend, base: Path) -> LocalSandbox:
     return sb
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
+
+
 def _ids(pid: int) -> tuple[int, int]:
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     uid = next(line for line in lines if line.startswith("Uid:")).split()[1:]
@@ -65,13 +73,13 @@ async def test_sandbox_processes_are_the_mapped_host_uid(mapped: LocalBackend, b
     inside = await sb.exec("nohup sleep 4747 >/dev/null 2>&1 & id -u; id -g")
     assert inside.stdout == "0\n0\n"  # root inside either way
     pids = sb.cgroup.pids()
-    assert any("4747" in Path(f"/proc/{p}/cmdline").read_text() for p in pids)
+    assert any("4747" in _cmdline(p) for p in pids)
     want = _root_uid(mapped)
     assert {_ids(p) for p in [*pids, sb.anchor_pid]} == {(want, want)}
     # the pinned (verifier) path enters as the sandbox's root too
     pinned = await sb.exec_pinned("nohup sleep 4848 >/dev/null 2>&1 & id -u", pins=["/usr"])
     assert pinned.stdout == "0\n", pinned
-    (leftover,) = [p for p in sb.cgroup.pids() if "4848" in Path(f"/proc/{p}/cmdline").read_text()]
+    (leftover,) = [p for p in sb.cgroup.pids() if "4848" in _cmdline(p)]
     assert _ids(leftover) == (want, want)
 
 
@@ -110,6 +118,17 @@ echo mine >> "$1/open-0666" && echo WROTE-OPEN-FILE
 """
 
 
+def _host_dir() -> Path:
+    """Host-root-owned files in a directory others can traverse (/tmp/X, 0755)."""
+    d = Path(tempfile.mkdtemp(prefix="rollbank-userns-"))
+    d.chmod(0o755)
+    for name, mode in (("root-0644", 0o644), ("root-0600", 0o600), ("open-0666", 0o666)):
+        (d / name).write_text("host\n")
+        (d / name).chmod(mode)
+    (d / "root-0600").write_text("SECRET\n")
+    return d
+
+
 def _as_escaped(anchor: int, d: Path) -> subprocess.CompletedProcess[str]:
     """A process with the sandbox's credentials (its user namespace, uid 0 in it) that has
     left its mount namespace: what a kernel bug in the mount isolation would give a sandbox."""
@@ -123,13 +142,8 @@ def _as_escaped(anchor: int, d: Path) -> subprocess.CompletedProcess[str]:
 async def test_an_escaped_process_cannot_write_or_read_host_root_files(
         mapped: LocalBackend, base: Path, request: pytest.FixtureRequest) -> None:
     sb = await _start(mapped, base)
-    d = Path(tempfile.mkdtemp(prefix="rollbank-userns-"))  # others can traverse /tmp/X
+    d = _host_dir()
     request.addfinalizer(lambda: shutil.rmtree(d, True))
-    d.chmod(0o755)
-    for name, mode in (("root-0644", 0o644), ("root-0600", 0o600), ("open-0666", 0o666)):
-        (d / name).write_text("host\n")
-        (d / name).chmod(mode)
-    (d / "root-0600").write_text("SECRET\n")
     r = await asyncio.to_thread(_as_escaped, sb.anchor_pid, d)
     assert "WROTE-OPEN-FILE" in r.stdout, r  # control: the process ran and can write
     if mapped.config.userns == "mapped":
@@ -160,3 +174,14 @@ async def test_mapped_is_refused_without_the_helper_and_auto_falls_back(
         assert default.userns is not None, default.userns_reason
         assert _ids(sb.anchor_pid) == (HOST_ID, HOST_ID)
     assert os.geteuid() == 0
+
+
+def test_the_probe_names_what_this_host_lacks(tmp_path: Path) -> None:
+    helper = helper_path()
+    assert helper is not None
+    (tmp_path / "mnt").mkdir()
+    assert probe_userns(helper, tmp_path / "mnt", HOST_ID, "/usr/bin/bwrap") is None
+    why = probe_userns(helper, tmp_path / "no" / "mnt", HOST_ID, "/usr/bin/bwrap")
+    assert why is not None and "open_tree" in why
+    why = probe_userns(helper, tmp_path / "mnt", HOST_ID, str(tmp_path / "no-bwrap"))
+    assert why is not None and "no-bwrap" in why

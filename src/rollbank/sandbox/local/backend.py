@@ -53,14 +53,14 @@ _START_TIMEOUT_S = 30.0
 USERNS_COUNT = 65536
 
 
-def probe_userns(helper: Path | None, mount_dir: Path, host_id: int) -> str | None:
+def probe_userns(helper: Path | None, mount_dir: Path, host_id: int, bwrap: str) -> str | None:
     """None if sandboxes can be mapped here, else why not (``rb-helper probe``: an idmapped
-    layer under an overlay and an unprivileged user namespace, in a throw-away namespace)."""
+    layer under an overlay and bubblewrap run as ``host_id``, in a throw-away namespace)."""
     if helper is None:
         return "user-namespace id mapping needs rb-helper (no C compiler, or use_helper off)"
     try:
         proc = subprocess.run(
-            [str(helper), "probe", str(mount_dir), str(host_id), str(USERNS_COUNT)],
+            [str(helper), "probe", str(mount_dir), str(host_id), str(USERNS_COUNT), bwrap],
             capture_output=True, text=True, timeout=_START_TIMEOUT_S, check=False,
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
         )
@@ -145,7 +145,7 @@ class LocalBackend:
         if mode == "off":
             self.userns, self.userns_reason = None, "off by configuration (userns = 'off')"
             return
-        why = probe_userns(self._helper, self.mount_dir, host_id)
+        why = probe_userns(self._helper, self.mount_dir, host_id, self.config.bwrap)
         if why is None:
             self.userns = IdMapping(host_id, USERNS_COUNT)
             self.userns_reason = f"mapped: sandbox root is host uid {host_id} ({mode})"

@@ -13,10 +13,11 @@ in :class:`~rollbank.sandbox.local.config.LocalSandboxConfig`; design in docs/co
   and shared by every sandbox).
 * ``drop_to(ID)``: the init's last step before it execs bubblewrap as host ``ID`` (no
   supplementary groups, no capabilities); bubblewrap then maps the sandbox's root to ``ID``.
-* ``rb-helper probe MOUNT_DIR ID COUNT``: whether this kernel and the filesystem holding
+* ``rb-helper probe MOUNT_DIR ID COUNT BWRAP``: whether this kernel and the filesystem holding
   ``MOUNT_DIR``'s parent can do all of it (an idmapped layer under an overlay with a tmpfs
-  upper, and an unprivileged user namespace as ``ID``), in a private mount namespace that
-  vanishes with the probe. Exit 0, or 125 with the failing step on stderr.
+  upper, and ``BWRAP --unshare-user --disable-userns`` run as ``ID``: no sysctl or security
+  module forbids it), in a private mount namespace that vanishes with the probe. Exit 0, or
+  non-zero with the failing step on stderr.
 
 Raw syscall numbers (unified across architectures since Linux 5.2/5.12) and private constant
 names: the helper must build on a libc that lacks the wrappers or ships conflicting headers.
@@ -101,8 +102,8 @@ static void drop_to(unsigned long id) {
 }
 
 static int do_probe(int argc, char **argv) {
-    /* probe MOUNT_DIR ID COUNT */
-    if (argc < 5) { fprintf(stderr, "rb-helper: probe: bad arguments\n"); return 125; }
+    /* probe MOUNT_DIR ID COUNT BWRAP */
+    if (argc < 6) { fprintf(stderr, "rb-helper: probe: bad arguments\n"); return 125; }
     const char *mdir = argv[2];
     unsigned long id = strtoul(argv[3], NULL, 10), count = strtoul(argv[4], NULL, 10);
     char parent[4096], path[4200], opts[8800];
@@ -138,8 +139,9 @@ static int do_probe(int argc, char **argv) {
     if (child < 0) die("fork");
     if (child == 0) {
         drop_to(id);
-        if (unshare(CLONE_NEWUSER)) die("unprivileged user namespace as the mapped id");
-        _exit(0);
+        execl(argv[5], argv[5], "--bind", "/", "/", "--unshare-user", "--disable-userns",
+              "--uid", "0", "--gid", "0", "--", "/bin/true", (char *)NULL);
+        die_at("exec", argv[5]);
     }
     int status;
     while (waitpid(child, &status, 0) < 0)
