@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from rollbank.errors import IsolationUnavailableError
-from rollbank.sandbox.local.backend import LocalBackend, probe_userns
+from rollbank.sandbox.local.backend import LocalBackend
+from rollbank.sandbox.local.userns import probe_userns
 from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.helper import helper_path
 from rollbank.sandbox.local.sandbox import LocalSandbox

@@ -110,14 +110,14 @@ def test_mapped_init_idmaps_the_read_only_layers_but_not_shifted_snapshots(tmp_p
         d.mkdir()
     kw = dict(procs_files=[], mount_dir=mnt, layers=[base, frozen], storage_mb=64, rlimits="",
               bwrap="/usr/bin/bwrap", hostname="h", network=False)
-    mapping = IdMapping(100000, 65536, frozenset({frozen}))
+    mapping = IdMapping(100000, 65536, frozenset({frozen}), userns_fd=7)
     argv = init_argv(helper=Path("/h"), mapping=mapping, **kw)  # type: ignore[arg-type]
     stage = mapped_stage(mnt, "/usr/bin/bwrap")
     assert not mnt.is_relative_to(stage)  # the stage never hides the mount dir (snapshots)
     # the overlay and the pristine view use the idmapped view of base, the snapshot as is
     assert argv[4].startswith(f"lowerdir={frozen}:{mnt}/l0,")
     assert argv[5] == f"lowerdir={frozen}:{mnt}/l0"
-    assert argv[8] == f"100000 65536 {stage}\n{base}\n{mnt}/l0"
+    assert argv[8] == f"100000 7 {stage}\n{base}\n{mnt}/l0"
     assert argv[argv.index("--bind") + 1] == f"{stage}/root"
     assert argv[argv.index("--ro-bind", argv.index("/dev")) + 1] == f"{stage}/pristine"
     off = init_argv(helper=Path("/h"), **kw)  # type: ignore[arg-type]

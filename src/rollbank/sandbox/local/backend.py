@@ -46,31 +46,10 @@ from rollbank.sandbox.local.runtime import (
 )
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.local.snapshot import LocalSnapshot
+from rollbank.sandbox.local.userns import USERNS_COUNT, mapping_userns, probe_userns
 from rollbank.sandbox.protocol import Limits, Sandbox, SandboxBackend, SandboxSpec, Snapshot
 
 _START_TIMEOUT_S = 30.0
-#: Ids mapped on idmapped layers (0-65535: every id a Debian/Ubuntu base uses).
-USERNS_COUNT = 65536
-
-
-def probe_userns(helper: Path | None, mount_dir: Path, host_id: int, bwrap: str) -> str | None:
-    """None if sandboxes can be mapped here, else why not (``rb-helper probe``: an idmapped
-    layer under an overlay and bubblewrap run as ``host_id``, in a throw-away namespace)."""
-    if helper is None:
-        return "user-namespace id mapping needs rb-helper (no C compiler, or use_helper off)"
-    try:
-        proc = subprocess.run(
-            [str(helper), "probe", str(mount_dir), str(host_id), str(USERNS_COUNT), bwrap],
-            capture_output=True, text=True, timeout=_START_TIMEOUT_S, check=False,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"the id-mapping probe did not run: {exc}"
-    if proc.returncode != 0:
-        return f"the id-mapping probe failed: {proc.stderr.strip()[-500:] or proc.returncode}"
-    return None
-
-
 def check_isolation(config: LocalSandboxConfig) -> None:
     """Raise :class:`IsolationUnavailableError` naming what this host lacks."""
     problems = []
@@ -147,7 +126,12 @@ class LocalBackend:
             return
         why = probe_userns(self._helper, self.mount_dir, host_id, self.config.bwrap)
         if why is None:
-            self.userns = IdMapping(host_id, USERNS_COUNT)
+            try:
+                fd = mapping_userns(host_id, USERNS_COUNT)
+            except OSError as exc:
+                why = f"cannot make the mapping's user namespace: {exc}"
+        if why is None:
+            self.userns = IdMapping(host_id, USERNS_COUNT, userns_fd=fd)
             self.userns_reason = f"mapped: sandbox root is host uid {host_id} ({mode})"
         elif mode == "mapped":
             self._layout = None
@@ -201,7 +185,8 @@ class LocalBackend:
                 hostname=spec.hostname, network=spec.network and self.config.allow_network,
                 helper=self._helper, rlimit_vals=rv, mapping=self._mapping(spec),
             )
-            init = _popen_init(argv, errfile)
+            init = _popen_init(argv, errfile, () if self.userns is None
+                               else (self.userns.userns_fd,))
             try:
                 anchor = await _wait_anchor(init, errfile)
             finally:
@@ -285,6 +270,8 @@ class LocalBackend:
         for sb in list(self._sandboxes.values()):
             await sb.close()
         self._snapshots.clear()
+        if self.userns is not None and not self._closed:
+            os.close(self.userns.userns_fd)
         # file-tree and cgroup removal block (memory cgroups offline slowly): off the loop
         await asyncio.to_thread(shutil.rmtree, self._owner_dir, True)
         if self._layout is not None:
@@ -318,13 +305,14 @@ async def _wait_anchor(init: subprocess.Popen[bytes], errfile: Path) -> int:
         delay = min(delay * 1.5, 0.01)
 
 
-def _popen_init(argv: list[str], errfile: Path) -> subprocess.Popen[bytes]:
+def _popen_init(argv: list[str], errfile: Path, fds: tuple[int, ...] = ()
+                ) -> subprocess.Popen[bytes]:
     # Forked by the loop thread: bwrap's --die-with-parent follows this thread. (Forking from
     # a spawner thread pool or a zygote process was measured here: no faster, more parts.)
     with errfile.open("wb") as errlog:
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, close_fds=True,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, close_fds=True, pass_fds=fds,
         )
 
 

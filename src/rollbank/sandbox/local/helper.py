@@ -11,7 +11,7 @@ command); the helper does the same syscalls in one process:
   one layer, ``-`` for none; bwrap hides it under an empty tmpfs), exec bubblewrap. ``MAP``
   (``-``: off) maps the sandbox's root to an unprivileged host id
   (:mod:`~rollbank.sandbox.local.helper_userns`): the upper layer owned by that id, idmapped
-  read-only views of the listed layers, the root bound at a stage bubblewrap can reach, and
+  read-only views of the listed layers (with the map of an inherited user namespace), the root bound at a stage bubblewrap can reach, and
   bubblewrap exec'd as that id.
 * ``rb-helper anchor``: the sandbox's pid 1 (``bwrap --as-pid-1``), run from a descriptor
   the init inherits to bwrap: it cannot be killed from inside the sandbox (a model's
@@ -34,6 +34,10 @@ command); the helper does the same syscalls in one process:
   ``+/path`` is a fresh private tmpfs at ``/path`` instead (the verifier's ``/tests`` and
   ``/logs/verifier``: what the agent's live processes cannot reach).
 
+The C source is in three parts: this module (init, exec, anchor), the pinned view of
+``vexec`` (:mod:`~rollbank.sandbox.local.helper_pins`) and the id mapping of a mapped sandbox
+(:mod:`~rollbank.sandbox.local.helper_userns`, with ``rb-helper probe``).
+
 It is compiled once with the host's C compiler into ``<cache>/bin/rb-helper-<source hash>``
 (atomically renamed into place). Without a compiler the backend uses the shell path of
 :mod:`rollbank.sandbox.local.runtime`, which does the same with stock tools.
@@ -49,6 +53,7 @@ import tempfile
 from pathlib import Path
 
 from rollbank.config import cache_dir
+from rollbank.sandbox.local.helper_pins import SOURCE as PINS_SOURCE
 from rollbank.sandbox.local.helper_userns import SOURCE as USERNS_SOURCE
 
 SOURCE = r"""
@@ -118,18 +123,19 @@ static int do_init(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/%s", mdir, subs[i]);
         if (mkdir(path, 0755)) die("mkdir");
     }
-    /* MAP: "-", or "ID COUNT STAGE" then (layer, idmapped view) path pairs, one a line */
+    /* MAP: "-", or "ID USERNS_FD STAGE" then (layer, idmapped view) path pairs, one a line
+       (USERNS_FD: an inherited descriptor of the user namespace whose map the views use) */
     char *map = strcmp(argv[8], "-") != 0 ? argv[8] : NULL, *stage = NULL;
     unsigned long map_id = 0;
     if (map) {
         char *save = NULL, *head = strtok_r(map, "\n", &save);
-        char *id_s = head ? strtok(head, " ") : NULL, *count_s = strtok(NULL, " ");
+        char *id_s = head ? strtok(head, " ") : NULL, *fd_s = strtok(NULL, " ");
         stage = strtok(NULL, " ");
-        if (!id_s || !count_s || !stage) { fprintf(stderr, "rb-helper: init: bad map\n"); return 125; }
+        if (!id_s || !fd_s || !stage) { fprintf(stderr, "rb-helper: init: bad map\n"); return 125; }
         map_id = strtoul(id_s, NULL, 10);
         snprintf(path, sizeof path, "%s/upper", mdir);
         if (chown(path, map_id, map_id)) die("chown upper");  /* the sandbox root's */
-        int userns = make_userns(map_id, strtoul(count_s, NULL, 10));
+        int userns = atoi(fd_s);
         for (char *src; (src = strtok_r(NULL, "\n", &save)) != NULL;) {
             char *dst = strtok_r(NULL, "\n", &save);
             if (!dst) { fprintf(stderr, "rb-helper: init: bad map\n"); return 125; }
@@ -202,85 +208,7 @@ static void drop_caps(unsigned long long keep) {
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 }
 
-static void cover(const char *target) {
-    /* /dev/null over a non-directory (a symlink itself, through an O_PATH descriptor) */
-    char fdp[64];
-    int fd = open(target, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return;
-    snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", fd);
-    if (mount("/dev/null", fdp, NULL, MS_BIND, NULL)) die("cover");
-    close(fd);
-}
-
-static void private_dir(const char *p) {
-    /* "+/path": a fresh tmpfs only this command sees (the directory is made if missing) */
-    char d[1024];
-    snprintf(d, sizeof d, "%s", p);
-    for (char *c = d + 1; *c; c++)
-        if (*c == '/') { *c = 0; mkdir(d, 0755); *c = '/'; }
-    mkdir(d, 0755);
-    if (mount("rollbank-private", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"))
-        die("private tmpfs");
-}
-
-static void pin(const char *p) {
-    char src[1024], opts[4096];
-    struct stat ps, as;
-    snprintf(src, sizeof src, PRISTINE "%s", p);
-    int have = lstat(p, &as) == 0;
-    if (lstat(src, &ps) != 0) {  /* not in the pristine layers: hide what the agent put there */
-        if (have && !S_ISDIR(as.st_mode)) cover(p);
-        return;
-    }
-    if (!have) return;
-    if (S_ISDIR(ps.st_mode) != S_ISDIR(as.st_mode)) {
-        fprintf(stderr, "rollbank: the verifier's toolchain path %s was replaced in the "
-                "sandbox\n", p);
-        _exit(126);
-    }
-    if (!S_ISDIR(ps.st_mode)) {
-        if (S_ISLNK(as.st_mode) || S_ISLNK(ps.st_mode)) { cover(p); return; }
-        if (mount(src, p, NULL, MS_BIND, NULL)) die("bind pinned file");
-        if (mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL)) die("remount pin");
-        return;
-    }
-    /* a throw-away tmpfs holds the upper layer; the overlay goes on top of it */
-    if (mount("rollbank-pin", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")) die("pin tmpfs");
-    char up[1100], wk[1100];
-    snprintf(up, sizeof up, "%s/.u", p);
-    snprintf(wk, sizeof wk, "%s/.w", p);
-    if (mkdir(up, 0755) || mkdir(wk, 0755)) die("pin dirs");
-    snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", src, up, wk);
-    if (mount("rollbank-pin", p, "overlay", 0, opts)) die("pin overlay");
-}
-
-static void pin_toolchain(char *pins) {
-    /* in the forked child (its /proc/self is the sandbox's), before exec */
-    if (unshare(CLONE_NEWNS)) die("unshare verifier mount namespace");
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
-    if (umount2(PRISTINE, MNT_DETACH)) die("uncover pristine layers");
-    char *privates[16];
-    int np = 0;
-    for (char *p = strtok(pins, "\n"); p; p = strtok(NULL, "\n")) {
-        if (p[0] == '/') pin(p);
-        else if (p[0] == '+' && np < 16) privates[np++] = p + 1;
-    }
-    for (int i = 0; i < np; i++) private_dir(privates[i]);
-    DIR *root = opendir("/");
-    if (!root) die("opendir /");
-    struct dirent *e;
-    char path[512], src[600];
-    struct stat st;
-    while ((e = readdir(root)) != NULL) {  /* files the agent added at / (pytest.ini...) */
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof path, "/%s", e->d_name);
-        snprintf(src, sizeof src, PRISTINE "/%s", e->d_name);
-        if (lstat(path, &st) || S_ISDIR(st.st_mode) || lstat(src, &st) == 0) continue;
-        cover(path);
-    }
-    closedir(root);
-}
-
+""" + PINS_SOURCE + r"""
 static int do_exec(int argc, char **argv) {
     /* exec ANCHOR CWD NOFILE FSIZE CAPMASK N CG... -- ARGV
        vexec ANCHOR CWD NOFILE FSIZE CAPMASK PINS N CG... -- ARGV */

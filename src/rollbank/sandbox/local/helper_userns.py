@@ -4,9 +4,10 @@ Owns the syscalls that make a sandbox's root an unprivileged host id (``userns =
 in :class:`~rollbank.sandbox.local.config.LocalSandboxConfig`; design in docs/collect.md,
 "What the sandbox isolation promises"):
 
-* ``make_userns(ID, COUNT)``: a user namespace mapping ids ``0..COUNT-1`` to host
-  ``ID..ID+COUNT-1`` (a short-lived child unshares it; the host-root parent writes its maps
-  and keeps a descriptor). It only serves as the id map of idmapped mounts.
+* ``make_userns(ID, COUNT)`` (the probe's): a user namespace mapping ids ``0..COUNT-1`` to
+  host ``ID..ID+COUNT-1`` (a short-lived child unshares it; the host-root parent writes its
+  maps and keeps a descriptor). It only serves as the id map of idmapped mounts; a sandbox's
+  init gets the backend's instead (:func:`rollbank.sandbox.local.userns.mapping_userns`).
 * ``idmap_layer(SRC, DST, USERNS)``: ``open_tree(OPEN_TREE_CLONE)`` +
   ``mount_setattr(MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY)`` + ``move_mount``: a read-only view of
   a layer in which its root-owned files are owned by ``ID`` (the layer on disk is unchanged

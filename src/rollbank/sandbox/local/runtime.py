@@ -75,12 +75,14 @@ def mapped_stage(mount_dir: Path, bwrap: str) -> str:
 @dataclass(frozen=True)
 class IdMapping:
     """The sandbox's root (uid and gid 0) is host ``host_id``; read-only layers are idmapped
-    views in which ids ``0..count-1`` are ``host_id..``, except ``shifted`` layers (frozen
-    writable layers of mapped sandboxes: already stored with host ids)."""
+    views in which ids ``0..count-1`` are ``host_id..`` (the map of the user namespace
+    ``userns_fd``, inherited by the init), except ``shifted`` layers (frozen writable layers
+    of mapped sandboxes: already stored with host ids)."""
 
     host_id: int
     count: int
     shifted: frozenset[Path] = frozenset()
+    userns_fd: int = -1
 
 
 def _proc_masks() -> list[str]:
@@ -168,7 +170,7 @@ def idmapped_views(layers: Sequence[Path], mount_dir: Path, mapping: IdMapping |
             shown.append(f"{mount_dir}/l{i}")
             pairs += [str(layer), shown[-1]]
     return shown, "\n".join(
-        [f"{int(mapping.host_id)} {int(mapping.count)} {stage}", *pairs])
+        [f"{int(mapping.host_id)} {int(mapping.userns_fd)} {stage}", *pairs])
 
 
 def init_argv(
