@@ -11,8 +11,8 @@ command); the helper does the same syscalls in one process:
   one layer, ``-`` for none; bwrap hides it under an empty tmpfs), exec bubblewrap. ``MAP``
   (``-``: off) maps the sandbox's root to an unprivileged host id
   (:mod:`~rollbank.sandbox.local.helper_userns`): the upper layer owned by that id, idmapped
-  read-only views of the listed layers (with the map of an inherited user namespace), the root bound at a stage bubblewrap can reach, and
-  bubblewrap exec'd as that id.
+  read-only views of the listed layers (with the map of an inherited user namespace), the
+  root bound at a stage bubblewrap can reach, and bubblewrap exec'd as that id.
 * ``rb-helper anchor``: the sandbox's pid 1 (``bwrap --as-pid-1``), run from a descriptor
   the init inherits to bwrap: it cannot be killed from inside the sandbox (a model's
   ``kill -9 -1`` does not take the sandbox down) and it reaps orphaned processes.
