@@ -90,7 +90,7 @@ async def test_files_the_sandbox_writes_are_the_mapped_uid_on_the_host(
     r = await sb.exec("echo new > /tmp/new && echo more >> /etc/passwd && "
                       "cp /bin/true /suid && chmod 4755 /suid && stat -c %u:%g /tmp/new /suid")
     assert r.exit_code == 0 and r.stdout == "0:0\n0:0\n", r
-    upper = Path(f"/proc/{sb.init_pid}/root{sb._mount_dir}/upper")  # the writable layer
+    upper = Path(f"/proc/{sb.init_pid}/root{mapped.mount_dir}/upper")  # the writable layer
     want = _root_uid(mapped)
     for name in ("tmp/new", "etc/passwd", "suid"):  # new, copied up, made setuid
         st = (upper / name).lstat()
@@ -102,10 +102,11 @@ async def test_files_the_sandbox_writes_are_the_mapped_uid_on_the_host(
     assert st.st_mode & stat.S_ISUID and st.st_uid == want
     # forks of the snapshot see their own root's files (the frozen layer is not shifted twice)
     (sib,) = await mapped.fork(snap, 1)
+    assert isinstance(sib, LocalSandbox)
     r = await sib.exec("stat -c %u:%g /tmp/new /etc/passwd && echo sib >> /tmp/new && "
                        "tail -n1 /etc/passwd && cat /tmp/new")
     assert r.exit_code == 0 and r.stdout == "0:0\n0:0\nmore\nnew\nsib\n", r
-    sib_upper = Path(f"/proc/{sib.init_pid}/root{sib._mount_dir}/upper")  # type: ignore[attr-defined]
+    sib_upper = Path(f"/proc/{sib.init_pid}/root{mapped.mount_dir}/upper")
     assert (sib_upper / "tmp/new").stat().st_uid == want
     # files copied out still arrive
     await sib.download("/tmp/new", tmp_path / "new")
