@@ -50,6 +50,8 @@ from rollbank.sandbox.local.userns import USERNS_COUNT, mapping_userns, probe_us
 from rollbank.sandbox.protocol import Limits, Sandbox, SandboxBackend, SandboxSpec, Snapshot
 
 _START_TIMEOUT_S = 30.0
+
+
 def check_isolation(config: LocalSandboxConfig) -> None:
     """Raise :class:`IsolationUnavailableError` naming what this host lacks."""
     problems = []
