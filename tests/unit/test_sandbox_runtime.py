@@ -10,10 +10,13 @@ from rollbank.errors import SandboxStartError
 from rollbank.sandbox.local.runtime import (
     DEFAULT_CAP_MASK,
     PRISTINE_MOUNT,
+    IdMapping,
     check_pins,
     exec_argv,
     expand_pins,
+    idmapped_views,
     init_argv,
+    mapped_stage,
     overlay_options,
     rlimit_shell,
     rlimit_values,
@@ -99,3 +102,33 @@ def test_pin_globs_expand_against_the_layers(tmp_path: Path) -> None:
     (high / "etc/python3.12").mkdir(parents=True)
     got = expand_pins(["/usr", "/etc/python3*", "/etc/ld.so.preload", "/usr"], [low, high])
     assert got == ["/usr", "/etc/python3.11", "/etc/python3.12", "/etc/ld.so.preload"]
+
+
+def test_mapped_init_idmaps_the_read_only_layers_but_not_shifted_snapshots(tmp_path: Path) -> None:
+    base, frozen, mnt = tmp_path / "base", tmp_path / "snap", tmp_path / "mnt"
+    for d in (base, frozen, mnt):
+        d.mkdir()
+    kw = dict(procs_files=[], mount_dir=mnt, layers=[base, frozen], storage_mb=64, rlimits="",
+              bwrap="/usr/bin/bwrap", hostname="h", network=False)
+    mapping = IdMapping(100000, 65536, frozenset({frozen}), userns_fd=7)
+    argv = init_argv(helper=Path("/h"), mapping=mapping, **kw)  # type: ignore[arg-type]
+    stage = mapped_stage(mnt, "/usr/bin/bwrap")
+    assert not mnt.is_relative_to(stage)  # the stage never hides the mount dir (snapshots)
+    # the overlay and the pristine view use the idmapped view of base, the snapshot as is
+    assert argv[4].startswith(f"lowerdir={frozen}:{mnt}/l0,")
+    assert argv[5] == f"lowerdir={frozen}:{mnt}/l0"
+    assert argv[8] == f"100000 7 {stage}\n{base}\n{mnt}/l0"
+    assert argv[argv.index("--bind") + 1] == f"{stage}/root"
+    assert argv[argv.index("--ro-bind", argv.index("/dev")) + 1] == f"{stage}/pristine"
+    off = init_argv(helper=Path("/h"), **kw)  # type: ignore[arg-type]
+    assert off[8] == "-" and off[4].startswith(f"lowerdir={frozen}:{base},")
+    assert off[off.index("--bind") + 1] == f"{mnt}/root"
+    with pytest.raises(SandboxStartError, match="rb-helper"):  # the shell path cannot map
+        init_argv(mapping=mapping, **kw)  # type: ignore[arg-type]
+    assert idmapped_views([base], mnt, None) == ([str(base)], "-")
+
+
+def test_the_mapped_stage_is_never_above_the_mount_dir_or_bwrap(tmp_path: Path) -> None:
+    assert mapped_stage(Path("/tmp/x/mnt"), "/usr/bin/bwrap") == "/run"
+    assert mapped_stage(Path("/root/.cache/mnt"), "/usr/bin/bwrap") == "/tmp"
+    assert mapped_stage(Path("/root/.cache/mnt"), "/tmp/bwrap") == "/run"

@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cold-samples", type=int, default=3, help="cold builds measured")
     parser.add_argument("--concurrent", type=int, default=64, help="sandboxes started at once")
     parser.add_argument("--run-dir", type=Path, default=None, help="backend run directory")
+    parser.add_argument("--userns", choices=("auto", "mapped", "off"), default="auto",
+                        help="the backend's user-namespace id mapping (LocalSandboxConfig.userns)")
     parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                         help="compare start/fork/exec through the Ray backend with local, side "
                         "by side (ADDRESS: a running cluster; alone: one is started here for "
@@ -99,7 +101,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory(prefix="rb-bench-") as tmp:
         run_dir = args.run_dir or Path(tmp) / "run"
-        cfg = LocalSandboxConfig(run_dir=run_dir, max_concurrent_starts=max(16, args.concurrent))
+        cfg = LocalSandboxConfig(run_dir=run_dir, max_concurrent_starts=max(16, args.concurrent),
+                                 userns=getattr(args, "userns", "auto"))
         async with LocalBackend(cfg) as backend:
             spec = SandboxSpec(layers=(base,))
             # ---------------------------------------------------------- snapshot to fork from
@@ -107,6 +110,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
             await seed.exec("mkdir -p /app && echo prepared > /app/state.txt")
             snap = await seed.snapshot()
             await seed.close()
+            out["userns"] = backend.userns_reason
             # ---------------------------------------------------------- warm start
             starts, readies, closes = [], [], []
             cpu0 = _cpu_s()

@@ -39,12 +39,14 @@ from rollbank.sandbox.local.runtime import (
     NSENTER,
     SETPRIV_IN_SANDBOX,
     UNSHARE,
+    IdMapping,
     init_argv,
     rlimit_shell,
     rlimit_values,
 )
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.local.snapshot import LocalSnapshot
+from rollbank.sandbox.local.userns import USERNS_COUNT, mapping_userns, probe_userns
 from rollbank.sandbox.protocol import Limits, Sandbox, SandboxBackend, SandboxSpec, Snapshot
 
 _START_TIMEOUT_S = 30.0
@@ -76,6 +78,9 @@ class LocalBackend:
         self.config = config or LocalSandboxConfig()
         self._layout: CgroupLayout | None = None
         self._helper: Path | None = None
+        #: the sandboxes' id mapping (None: their root is host uid 0) and why it is what it is
+        self.userns: IdMapping | None = None
+        self.userns_reason = "not decided yet (the backend has not started a sandbox)"
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._snapshots: dict[str, LocalSnapshot] = {}
         self._sem = asyncio.Semaphore(self.config.max_concurrent_starts)
@@ -113,7 +118,28 @@ class LocalBackend:
             (self._owner_dir / "err").mkdir(parents=True, exist_ok=True)
             self._layout = CgroupLayout.detect()
             self._helper = helper_path() if self.config.use_helper else None
+            self._decide_userns()
         return self._layout
+
+    def _decide_userns(self) -> None:
+        mode, host_id = self.config.userns, self.config.userns_host_id
+        if mode == "off":
+            self.userns, self.userns_reason = None, "off by configuration (userns = 'off')"
+            return
+        why = probe_userns(self._helper, self.mount_dir, host_id, self.config.bwrap)
+        if why is None:
+            try:
+                fd = mapping_userns(host_id, USERNS_COUNT)
+            except OSError as exc:
+                why = f"cannot make the mapping's user namespace: {exc}"
+        if why is None:
+            self.userns = IdMapping(host_id, USERNS_COUNT, userns_fd=fd)
+            self.userns_reason = f"mapped: sandbox root is host uid {host_id} ({mode})"
+        elif mode == "mapped":
+            self._layout = None
+            raise IsolationUnavailableError(f"userns = 'mapped' is not possible here: {why}")
+        else:
+            self.userns, self.userns_reason = None, f"off (auto): {why}"
 
     def reap(self) -> int:
         """Remove what dead orchestrators left: cgroups (killing their processes), dirs."""
@@ -159,9 +185,10 @@ class LocalBackend:
                 procs_files=cg.init_procs_files(), mount_dir=self.mount_dir, layers=spec.layers,
                 storage_mb=lim.storage_mb, rlimits=rl, bwrap=self.config.bwrap,
                 hostname=spec.hostname, network=spec.network and self.config.allow_network,
-                helper=self._helper, rlimit_vals=rv,
+                helper=self._helper, rlimit_vals=rv, mapping=self._mapping(spec),
             )
-            init = _popen_init(argv, errfile)
+            init = _popen_init(argv, errfile, () if self.userns is None
+                               else (self.userns.userns_fd,))
             try:
                 anchor = await _wait_anchor(init, errfile)
             finally:
@@ -185,6 +212,13 @@ class LocalBackend:
             raise
         self._sandboxes[sbid] = sb
         return sb
+
+    def _mapping(self, spec: SandboxSpec) -> IdMapping | None:
+        """The id mapping for ``spec``: this backend's snapshot layers are already shifted."""
+        if self.userns is None:
+            return None
+        shifted = frozenset(p for p in spec.layers if p.is_relative_to(self.snapshot_dir))
+        return replace(self.userns, shifted=shifted)
 
     async def fork(
         self, snapshot: Snapshot, n: int, *, budget_s: float | None = None
@@ -238,6 +272,8 @@ class LocalBackend:
         for sb in list(self._sandboxes.values()):
             await sb.close()
         self._snapshots.clear()
+        if self.userns is not None and not self._closed:
+            os.close(self.userns.userns_fd)
         # file-tree and cgroup removal block (memory cgroups offline slowly): off the loop
         await asyncio.to_thread(shutil.rmtree, self._owner_dir, True)
         if self._layout is not None:
@@ -271,13 +307,14 @@ async def _wait_anchor(init: subprocess.Popen[bytes], errfile: Path) -> int:
         delay = min(delay * 1.5, 0.01)
 
 
-def _popen_init(argv: list[str], errfile: Path) -> subprocess.Popen[bytes]:
+def _popen_init(argv: list[str], errfile: Path, fds: tuple[int, ...] = ()
+                ) -> subprocess.Popen[bytes]:
     # Forked by the loop thread: bwrap's --die-with-parent follows this thread. (Forking from
     # a spawner thread pool or a zygote process was measured here: no faster, more parts.)
     with errfile.open("wb") as errlog:
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, close_fds=True,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, close_fds=True, pass_fds=fds,
         )
 
 

@@ -9,6 +9,7 @@ switch here; the backend fails with :class:`~rollbank.errors.IsolationUnavailabl
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -56,6 +57,22 @@ class LocalSandboxConfig(Section):
         "user namespace (via setpriv) instead of the full set of the namespace's root.",
     )
     bwrap: str = Field(default="/usr/bin/bwrap", description="Path of the bubblewrap binary.")
+    userns: Literal["auto", "mapped", "off"] = Field(
+        default="auto",
+        description="User-namespace id mapping. 'mapped': the sandbox's root (uid/gid 0) is "
+        "the unprivileged host id userns_host_id (read-only layers are idmapped views, the "
+        "writable layer and snapshots hold host ids userns_host_id+); the backend refuses to "
+        "start (IsolationUnavailableError, naming the failing step) if this host cannot. "
+        "'off': the sandbox's root is host uid 0 (capabilities confined to its namespaces). "
+        "'auto': 'mapped' when rb-helper and a probe of the kernel and run_dir's filesystem "
+        "succeed, else 'off' (LocalBackend.userns_reason says why).",
+    )
+    userns_host_id: int = Field(
+        default=100000, ge=1, le=(1 << 32) - 2 * 65536,
+        description="First host uid/gid of the mapping: the sandbox's root; ids 0-65535 of "
+        "the read-only layers show as this id and the next 65535. Use ids no host user or "
+        "service owns (the subordinate range of /etc/subuid conventions starts here).",
+    )
     use_helper: bool = Field(
         default=True,
         description="Compile and use rb-helper (one process instead of sh+mount+nsenter+"

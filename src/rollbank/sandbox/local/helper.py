@@ -4,11 +4,15 @@ Owns the helper's source and its build. Starting a sandbox and running a command
 handful of process executions when done with shell tools (measured here: ~4 ms of CPU per
 command); the helper does the same syscalls in one process:
 
-* ``rb-helper init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE N CG... -- BWRAP ARGV``:
+* ``rb-helper init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE MAP N CG... -- BWRAP ARGV``:
   ``unshare(CLONE_NEWNS)`` + private propagation, join the cgroups, set rlimits (core 0,
   open files, file size), mount the tmpfs writable layer and the overlay, mount the pristine
   layers read-only at ``MOUNT_DIR/pristine`` (``PRISTINE``: ``lowerdir=`` options, a bind for
-  one layer, ``-`` for none; bwrap hides it under an empty tmpfs), exec bubblewrap.
+  one layer, ``-`` for none; bwrap hides it under an empty tmpfs), exec bubblewrap. ``MAP``
+  (``-``: off) maps the sandbox's root to an unprivileged host id
+  (:mod:`~rollbank.sandbox.local.helper_userns`): the upper layer owned by that id, idmapped
+  read-only views of the listed layers (with the map of an inherited user namespace), the
+  root bound at a stage bubblewrap can reach, and bubblewrap exec'd as that id.
 * ``rb-helper anchor``: the sandbox's pid 1 (``bwrap --as-pid-1``), run from a descriptor
   the init inherits to bwrap: it cannot be killed from inside the sandbox (a model's
   ``kill -9 -1`` does not take the sandbox down) and it reaps orphaned processes.
@@ -17,7 +21,8 @@ command); the helper does the same syscalls in one process:
   namespaces, ``chroot`` to its root (fd opened before entering), ``chdir`` *inside* the
   sandbox, drop the capability bounding set to ``CAPMASK`` (0 = keep) and clear inheritable
   and ambient capabilities, fork (the pid namespace applies to children), exec ARGV, and
-  mirror the child's exit status or signal.
+  mirror the child's exit status or signal. In a mapped sandbox the command becomes the root
+  of the sandbox's user namespace (the mapped host id), not host root.
 * ``rb-helper vexec ANCHOR CWD NOFILE FSIZE CAPMASK PINS N CG... -- ARGV``: ``exec``, but the
   child first gets a private mount namespace (inside the sandbox's user namespace) in which
   each path of ``PINS`` (newline-separated) shows the pristine layers' version (a directory:
@@ -28,6 +33,10 @@ command); the helper does the same syscalls in one process:
   replaced a pristine directory by a non-directory exits 126 (the command cannot run). A pin
   ``+/path`` is a fresh private tmpfs at ``/path`` instead (the verifier's ``/tests`` and
   ``/logs/verifier``: what the agent's live processes cannot reach).
+
+The C source is in three parts: this module (init, exec, anchor), the pinned view of
+``vexec`` (:mod:`~rollbank.sandbox.local.helper_pins`) and the id mapping of a mapped sandbox
+(:mod:`~rollbank.sandbox.local.helper_userns`, with ``rb-helper probe``).
 
 It is compiled once with the host's C compiler into ``<cache>/bin/rb-helper-<source hash>``
 (atomically renamed into place). Without a compiler the backend uses the shell path of
@@ -44,12 +53,15 @@ import tempfile
 from pathlib import Path
 
 from rollbank.config import cache_dir
+from rollbank.sandbox.local.helper_pins import SOURCE as PINS_SOURCE
+from rollbank.sandbox.local.helper_userns import SOURCE as USERNS_SOURCE
 
 SOURCE = r"""
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <linux/nsfs.h>
 #include <sched.h>
@@ -89,18 +101,19 @@ static void set_limits(const char *nofile, const char *fsize) {
     r.rlim_cur = r.rlim_max = strtoull(fsize, NULL, 10);
     if (setrlimit(RLIMIT_FSIZE, &r)) die("rlimit fsize");
 }
+""" + USERNS_SOURCE + r"""
 
 static int do_init(int argc, char **argv) {
-    /* init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE N CG... -- ARGV */
-    if (argc < 9) { fprintf(stderr, "rb-helper: init: bad arguments\n"); return 125; }
+    /* init MOUNT_DIR STORAGE_MB OVERLAY_OPTS PRISTINE NOFILE FSIZE MAP N CG... -- ARGV */
+    if (argc < 10) { fprintf(stderr, "rb-helper: init: bad arguments\n"); return 125; }
     const char *mdir = argv[2];
-    int n = atoi(argv[8]);
-    if (argc < 9 + n + 2 || strcmp(argv[9 + n], "--") != 0) {
+    int n = atoi(argv[9]);
+    if (argc < 10 + n + 2 || strcmp(argv[10 + n], "--") != 0) {
         fprintf(stderr, "rb-helper: init: bad arguments\n"); return 125;
     }
     if (unshare(CLONE_NEWNS)) die("unshare mount namespace");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
-    join_cgroups(n, argv + 9);
+    join_cgroups(n, argv + 10);
     set_limits(argv[6], argv[7]);
     char opts[64], path[4096];
     snprintf(opts, sizeof opts, "size=%sm,mode=0755", argv[3]);
@@ -109,6 +122,27 @@ static int do_init(int argc, char **argv) {
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", mdir, subs[i]);
         if (mkdir(path, 0755)) die("mkdir");
+    }
+    /* MAP: "-", or "ID USERNS_FD STAGE" then (layer, idmapped view) path pairs, one a line
+       (USERNS_FD: an inherited descriptor of the user namespace whose map the views use) */
+    char *map = strcmp(argv[8], "-") != 0 ? argv[8] : NULL, *stage = NULL;
+    unsigned long map_id = 0;
+    if (map) {
+        char *save = NULL, *head = strtok_r(map, "\n", &save);
+        char *id_s = head ? strtok(head, " ") : NULL, *fd_s = strtok(NULL, " ");
+        stage = strtok(NULL, " ");
+        if (!id_s || !fd_s || !stage) { fprintf(stderr, "rb-helper: init: bad map\n"); return 125; }
+        map_id = strtoul(id_s, NULL, 10);
+        snprintf(path, sizeof path, "%s/upper", mdir);
+        if (chown(path, map_id, map_id)) die("chown upper");  /* the sandbox root's */
+        int userns = atoi(fd_s);
+        for (char *src; (src = strtok_r(NULL, "\n", &save)) != NULL;) {
+            char *dst = strtok_r(NULL, "\n", &save);
+            if (!dst) { fprintf(stderr, "rb-helper: init: bad map\n"); return 125; }
+            idmap_layer(src, dst, userns);
+        }
+        close(userns);
+        snprintf(path, sizeof path, "%s/root", mdir);
     }
     if (mount("rollbank", path, "overlay", 0, argv[4])) die("mount overlay");
     const char *pristine = argv[5];
@@ -123,7 +157,28 @@ static int do_init(int argc, char **argv) {
             die("mount pristine overlay");
         }
     }
-    char **cmd = argv + 9 + n + 1;
+    if (map) {
+        /* bubblewrap runs as the mapped id, which cannot reach MOUNT_DIR (under root's
+           home): bind the root and the pristine layers on a tmpfs at STAGE (this private
+           mount namespace only) */
+        const char *binds[] = {"root", "pristine"};
+        int fds[2] = {-1, -1};  /* opened first: MOUNT_DIR may be under STAGE */
+        for (int i = 0; i < 2 && (i == 0 || strcmp(pristine, "-") != 0); i++) {
+            snprintf(path, sizeof path, "%s/%s", mdir, binds[i]);
+            if ((fds[i] = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) die_at("open", path);
+        }
+        if (mount("rollbank-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=16k,mode=0755"))
+            die_at("mount stage", stage);
+        for (int i = 0; i < 2 && fds[i] >= 0; i++) {
+            char src[64];
+            snprintf(src, sizeof src, "/proc/self/fd/%d", fds[i]);
+            snprintf(path, sizeof path, "%s/%s", stage, binds[i]);
+            if (mkdir(path, 0755)) die_at("mkdir", path);
+            if (mount(src, path, NULL, MS_BIND | MS_REC, NULL)) die_at("bind", path);
+            close(fds[i]);
+        }
+    }
+    char **cmd = argv + 10 + n + 1;
     /* The anchor is this very binary, run by bwrap as the sandbox's pid 1 from an inherited
        descriptor (it is not in the sandbox's filesystem): "@ANCHOR@" -> /proc/self/fd/N. */
     static char anchor_path[64];
@@ -132,6 +187,7 @@ static int do_init(int argc, char **argv) {
     snprintf(anchor_path, sizeof anchor_path, "/proc/self/fd/%d", self);
     for (char **a = cmd; *a; a++)
         if (strcmp(*a, "@ANCHOR@") == 0) *a = anchor_path;
+    if (map) drop_to(map_id);
     execv(cmd[0], cmd);
     die("exec bwrap");
     return 125;
@@ -152,85 +208,7 @@ static void drop_caps(unsigned long long keep) {
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 }
 
-static void cover(const char *target) {
-    /* /dev/null over a non-directory (a symlink itself, through an O_PATH descriptor) */
-    char fdp[64];
-    int fd = open(target, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return;
-    snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", fd);
-    if (mount("/dev/null", fdp, NULL, MS_BIND, NULL)) die("cover");
-    close(fd);
-}
-
-static void private_dir(const char *p) {
-    /* "+/path": a fresh tmpfs only this command sees (the directory is made if missing) */
-    char d[1024];
-    snprintf(d, sizeof d, "%s", p);
-    for (char *c = d + 1; *c; c++)
-        if (*c == '/') { *c = 0; mkdir(d, 0755); *c = '/'; }
-    mkdir(d, 0755);
-    if (mount("rollbank-private", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"))
-        die("private tmpfs");
-}
-
-static void pin(const char *p) {
-    char src[1024], opts[4096];
-    struct stat ps, as;
-    snprintf(src, sizeof src, PRISTINE "%s", p);
-    int have = lstat(p, &as) == 0;
-    if (lstat(src, &ps) != 0) {  /* not in the pristine layers: hide what the agent put there */
-        if (have && !S_ISDIR(as.st_mode)) cover(p);
-        return;
-    }
-    if (!have) return;
-    if (S_ISDIR(ps.st_mode) != S_ISDIR(as.st_mode)) {
-        fprintf(stderr, "rollbank: the verifier's toolchain path %s was replaced in the "
-                "sandbox\n", p);
-        _exit(126);
-    }
-    if (!S_ISDIR(ps.st_mode)) {
-        if (S_ISLNK(as.st_mode) || S_ISLNK(ps.st_mode)) { cover(p); return; }
-        if (mount(src, p, NULL, MS_BIND, NULL)) die("bind pinned file");
-        if (mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL)) die("remount pin");
-        return;
-    }
-    /* a throw-away tmpfs holds the upper layer; the overlay goes on top of it */
-    if (mount("rollbank-pin", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")) die("pin tmpfs");
-    char up[1100], wk[1100];
-    snprintf(up, sizeof up, "%s/.u", p);
-    snprintf(wk, sizeof wk, "%s/.w", p);
-    if (mkdir(up, 0755) || mkdir(wk, 0755)) die("pin dirs");
-    snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", src, up, wk);
-    if (mount("rollbank-pin", p, "overlay", 0, opts)) die("pin overlay");
-}
-
-static void pin_toolchain(char *pins) {
-    /* in the forked child (its /proc/self is the sandbox's), before exec */
-    if (unshare(CLONE_NEWNS)) die("unshare verifier mount namespace");
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
-    if (umount2(PRISTINE, MNT_DETACH)) die("uncover pristine layers");
-    char *privates[16];
-    int np = 0;
-    for (char *p = strtok(pins, "\n"); p; p = strtok(NULL, "\n")) {
-        if (p[0] == '/') pin(p);
-        else if (p[0] == '+' && np < 16) privates[np++] = p + 1;
-    }
-    for (int i = 0; i < np; i++) private_dir(privates[i]);
-    DIR *root = opendir("/");
-    if (!root) die("opendir /");
-    struct dirent *e;
-    char path[512], src[600];
-    struct stat st;
-    while ((e = readdir(root)) != NULL) {  /* files the agent added at / (pytest.ini...) */
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof path, "/%s", e->d_name);
-        snprintf(src, sizeof src, PRISTINE "/%s", e->d_name);
-        if (lstat(path, &st) || S_ISDIR(st.st_mode) || lstat(src, &st) == 0) continue;
-        cover(path);
-    }
-    closedir(root);
-}
-
+""" + PINS_SOURCE + r"""
 static int do_exec(int argc, char **argv) {
     /* exec ANCHOR CWD NOFILE FSIZE CAPMASK N CG... -- ARGV
        vexec ANCHOR CWD NOFILE FSIZE CAPMASK PINS N CG... -- ARGV */
@@ -258,6 +236,7 @@ static int do_exec(int argc, char **argv) {
     if (rootfd < 0) die("open anchor root");
     /* the pid was not recycled between pidfd_open and open: the pidfd's process still lives */
     if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0)) die("anchor gone");
+    if (setgroups(0, NULL)) die("setgroups");  /* no host group follows into the sandbox */
     int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET |
                 CLONE_NEWPID | CLONE_NEWCGROUP;
     int userfd = -1;
@@ -276,6 +255,10 @@ static int do_exec(int argc, char **argv) {
     }
     if (setns(pidfd, flags)) die("setns");
     close(pidfd);
+    /* Mapped sandbox: host root is no id in its user namespace; act as its root (the mapped
+       host id; full capabilities in the namespace, none outside). */
+    if (geteuid() != 0 && (setresgid(0, 0, 0) || setresuid(0, 0, 0)))
+        die("become the sandbox's root");
     if (fchdir(rootfd) || chroot(".")) die("chroot");
     close(rootfd);
     if (chdir(cwd)) {
@@ -321,6 +304,9 @@ static int do_anchor(void) {
     /* pid 1 of the sandbox: immune to signals from inside its pid namespace (no handler but
        SIGCHLD's), reaps every orphan, holds no descriptor of the host. */
     prctl(PR_SET_NAME, "rollbank-init", 0, 0, 0);
+    /* not ptraceable by the sandbox's commands (they lack CAP_SYS_PTRACE): in a mapped
+       sandbox the anchor holds no capability, so "fewer capabilities" no longer protects it */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) { dup2(null, 0); dup2(null, 1); dup2(null, 2); }
     for (int fd = 3; fd < 1024; fd++) close(fd);
@@ -342,6 +328,7 @@ static int do_anchor(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "anchor") == 0) return do_anchor();
     if (argc > 1 && strcmp(argv[1], "init") == 0) return do_init(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "probe") == 0) return do_probe(argc, argv);
     if (argc > 1 && (strcmp(argv[1], "exec") == 0 || strcmp(argv[1], "vexec") == 0))
         return do_exec(argc, argv);
     fprintf(stderr, "usage: rb-helper init|exec ...\n");

@@ -8,7 +8,9 @@ Owns how a sandbox is assembled. Two equivalent paths: the compiled ``rb-helper`
   join the sandbox's cgroups, set rlimits, mount a size-limited tmpfs (the writable layer)
   and the overlay (``lowerdir`` = the read-only layers, top first) at ``run_dir/mnt`` —
   *inside a private mount namespace only*, so the host never sees these mounts and they
-  vanish with the namespace — then exec ``bwrap``, which adds user (root mapped to root,
+  vanish with the namespace — then exec ``bwrap``, which adds user (root mapped to the
+  caller's host id: an unprivileged one with ``userns = "mapped"`` (:class:`IdMapping`: the
+  read-only layers are idmapped views, bubblewrap runs as that id), else host root;
   capabilities confined to that namespace, no nested user namespaces), pid, uts, ipc, cgroup and (unless the operator
   allows it) network namespaces, pivots into the overlay and runs the sandbox's anchor as its
   pid 1 (``--as-pid-1``: ``rb-helper anchor``, which reaps orphans; ``sleep infinity`` on the
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rollbank.errors import SandboxStartError
@@ -54,6 +57,32 @@ _CAP_NUMBERS = {
     "mknod": 27, "audit_write": 29, "setfcap": 31,
 }
 DEFAULT_CAP_MASK = sum(1 << _CAP_NUMBERS[c] for c in DEFAULT_CAPS)
+#: Where a mapped sandbox's init binds its root for bubblewrap, which runs as the mapped host
+#: id and cannot reach ``run_dir`` (a tmpfs over the first of these that holds neither the
+#: mount dir nor bubblewrap, in the init's private mount namespace only).
+MAPPED_STAGES = ("/tmp", "/run", "/mnt", "/srv")
+
+
+def mapped_stage(mount_dir: Path, bwrap: str) -> str:
+    for stage in MAPPED_STAGES:
+        if Path(stage).is_dir() and not any(
+                Path(p).is_relative_to(stage) for p in (mount_dir, bwrap)):
+            return stage
+    raise SandboxStartError(f"no directory of {MAPPED_STAGES} can stage a mapped sandbox's "
+                            f"root apart from {mount_dir}")
+
+
+@dataclass(frozen=True)
+class IdMapping:
+    """The sandbox's root (uid and gid 0) is host ``host_id``; read-only layers are idmapped
+    views in which ids ``0..count-1`` are ``host_id..`` (the map of the user namespace
+    ``userns_fd``, inherited by the init), except ``shifted`` layers (frozen writable layers
+    of mapped sandboxes: already stored with host ids)."""
+
+    host_id: int
+    count: int
+    shifted: frozenset[Path] = frozenset()
+    userns_fd: int = -1
 
 
 def _proc_masks() -> list[str]:
@@ -70,8 +99,10 @@ def _proc_masks() -> list[str]:
     return args
 
 
-def overlay_options(layers: Sequence[Path], upper: str, work: str) -> str:
-    """``lowerdir=top:...:bottom,upperdir=...,workdir=...`` from layers given lowest first."""
+def overlay_options(layers: Sequence[Path], upper: str, work: str,
+                    shown: Sequence[str] | None = None) -> str:
+    """``lowerdir=top:...:bottom,upperdir=...,workdir=...`` from layers given lowest first
+    (``shown``: the path mounted for each layer, if not the layer itself)."""
     if not layers:
         raise SandboxStartError("a sandbox needs at least one layer (the base filesystem)")
     for p in layers:
@@ -80,7 +111,7 @@ def overlay_options(layers: Sequence[Path], upper: str, work: str) -> str:
             raise SandboxStartError(f"layer path unusable in an overlay mount: {s!r}")
         if not p.is_dir():
             raise SandboxStartError(f"layer is not a directory: {s}")
-    lower = ":".join(str(p) for p in reversed(layers))
+    lower = ":".join(reversed(shown if shown is not None else [str(p) for p in layers]))
     opts = f"lowerdir={lower},upperdir={upper},workdir={work}"
     if len(opts.encode()) >= 4000:  # mount(2) takes one page of options
         raise SandboxStartError(
@@ -126,6 +157,22 @@ def rlimit_shell(*, open_files: int, file_size_mb: int) -> str:
     return f"ulimit -c 0 && ulimit -n {int(open_files)} && ulimit -f {int(file_size_mb) * 2048}"
 
 
+def idmapped_views(layers: Sequence[Path], mount_dir: Path, mapping: IdMapping | None,
+                   stage: str = "/tmp") -> tuple[list[str], str]:
+    """(the path the overlay uses for each layer, the helper's ``MAP`` argument)."""
+    if mapping is None:
+        return [str(p) for p in layers], "-"
+    shown, pairs = [], []
+    for i, layer in enumerate(layers):
+        if layer in mapping.shifted:
+            shown.append(str(layer))
+        else:
+            shown.append(f"{mount_dir}/l{i}")
+            pairs += [str(layer), shown[-1]]
+    return shown, "\n".join(
+        [f"{int(mapping.host_id)} {int(mapping.userns_fd)} {stage}", *pairs])
+
+
 def init_argv(
     *,
     procs_files: Sequence[Path],
@@ -138,16 +185,23 @@ def init_argv(
     network: bool,
     helper: Path | None = None,
     rlimit_vals: tuple[str, str] = ("1024", str(1 << 30)),
+    mapping: IdMapping | None = None,
 ) -> list[str]:
+    """The sandbox's init. ``mapping`` (helper path only): the sandbox's root is an
+    unprivileged host id (see :class:`IdMapping` and ``rb-helper init``'s ``MAP``)."""
     q = shlex.quote
     m = str(mount_dir)
+    if mapping is not None and helper is None:
+        raise SandboxStartError("user-namespace id mapping needs rb-helper (a C compiler)")
+    stage = m if mapping is None else mapped_stage(mount_dir, bwrap)
+    shown, idmap = idmapped_views(layers, mount_dir, mapping, stage)
     # the pristine layers (read-only) for pinned verifier commands: helper path only
-    pristine = "lowerdir=" + ":".join(str(p) for p in reversed(layers)) if helper else "-"
+    pristine = "lowerdir=" + ":".join(reversed(shown)) if helper else "-"
     joins = " && ".join(f"echo $$ > {q(str(f))}" for f in procs_files) or "true"
-    opts = overlay_options(layers, f"{m}/upper", f"{m}/work")
+    opts = overlay_options(layers, f"{m}/upper", f"{m}/work", shown)
     bw = [
-        bwrap, "--bind", f"{m}/root", "/", "--proc", "/proc",
-        # The sandbox's root is host uid 0 (mapped root), and sysctl writes are checked by uid
+        bwrap, "--bind", f"{stage}/root", "/", "--proc", "/proc",
+        # The sandbox's root may be host uid 0 (userns "off"), and sysctl writes are checked by uid
         # only: /proc/sys must be read-only (Docker does the same). Net sysctls resolve to the
         # reader's own network namespace, so the host's /proc/sys shows nothing extra.
         "--ro-bind", "/proc/sys", "/proc/sys", *_proc_masks(), "--dev", "/dev",
@@ -157,7 +211,7 @@ def init_argv(
         "--die-with-parent", "--new-session", "--chdir", "/",
     ]
     if helper is not None:
-        bw += ["--ro-bind", f"{m}/pristine", PRISTINE_MOUNT,
+        bw += ["--ro-bind", f"{stage}/pristine", PRISTINE_MOUNT,
                "--tmpfs", PRISTINE_MOUNT, "--remount-ro", PRISTINE_MOUNT]
     if not network:
         bw.append("--unshare-net")
@@ -168,7 +222,7 @@ def init_argv(
     bw += ["anchor"] if helper is not None else ["infinity"]
     if helper is not None:
         return [
-            str(helper), "init", m, str(int(storage_mb)), opts, pristine, *rlimit_vals,
+            str(helper), "init", m, str(int(storage_mb)), opts, pristine, *rlimit_vals, idmap,
             str(len(procs_files)), *map(str, procs_files), "--", *bw,
         ]
     script = (
