@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rollbank.bench.routing import apply_defaults, parse_router_config
+from rollbank.bench.routing import apply_defaults, parse_router_config, policy_variant
 from rollbank.bench.routing_peers import session_key
 from rollbank.bench.routing_report import merge_rounds, summarize
 from rollbank.bench.routing_workload import (
@@ -167,5 +167,8 @@ def test_engine_defaults_and_router_config_parsing() -> None:
     assert parse_router_config("balance_abs_threshold=4, cache_threshold=0.5,policy=x") == {
         "balance_abs_threshold": 4, "cache_threshold": 0.5, "policy": "x"}
     assert parse_router_config("") == {}
+    assert policy_variant("cache_aware+session_idle_s=0+cache_threshold=0.5") == (
+        "cache_aware", {"session_idle_s": 0, "cache_threshold": 0.5})
+    assert policy_variant("sticky") == ("sticky", {})
     with pytest.raises(ValueError):
         parse_router_config("nokey")

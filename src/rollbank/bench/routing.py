@@ -69,7 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="cache-aware relative imbalance threshold (default: RouterConfig's), also the peer's")
     a("--router-config", default="",
       help="extra RouterConfig fields for rollbank's cache_aware arm, 'key=value,...'")
-    a("--policies", default=DEFAULT_POLICIES, help="rollbank policies to run, comma-separated")
+    a("--policies", default=DEFAULT_POLICIES,
+      help="rollbank policies to run, comma-separated; 'policy+key=value+...' is a variant "
+      "with RouterConfig overrides (e.g. cache_aware+session_idle_s=0)")
     a("--peers", default=DEFAULT_PEERS,
       help="peer router arms '[vllm-router/|sglang-router/]policy[:trajectory|group]', "
       "comma-separated (router defaults to vllm-router); '' for none")
@@ -98,6 +100,13 @@ def apply_defaults(args: argparse.Namespace) -> None:
             setattr(args, key, value)
     if args.quick:
         args.groups, args.group_size, args.turns = 4, 2, 3
+
+
+def policy_variant(spec: str) -> tuple[str, dict[str, Any]]:
+    """``'cache_aware+session_idle_s=0'`` -> ``("cache_aware", {"session_idle_s": 0})``: an arm
+    of a policy with RouterConfig overrides (an ablation in the same rotated rounds)."""
+    policy, *items = spec.split("+")
+    return policy, parse_router_config(",".join(items))
 
 
 def parse_router_config(text: str) -> dict[str, Any]:
@@ -185,14 +194,16 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             for c in fleet.clients:
                 await c.reset_prefix_cache()
 
-        async def rollbank_arm(policy: str) -> ArmResult:
-            cfg = dict(block_size=block, balance_abs_threshold=args.balance_abs,
-                       balance_rel_threshold=args.balance_rel)
+        async def rollbank_arm(spec: str) -> ArmResult:
+            policy, variant = policy_variant(spec)
+            cfg: dict[str, Any] = dict(block_size=block, balance_abs_threshold=args.balance_abs,
+                                       balance_rel_threshold=args.balance_rel)
             if policy == "cache_aware":
                 cfg.update(extra_cfg)
+            cfg.update(variant)
             router = make_router(policy, urls, MonotonicClock(), **cfg)
             dispatch, finish = router_dispatch(router, clients)
-            res = await run_arm(ArmResult(f"rollbank:{policy}", "rollbank"), workload, urls,
+            res = await run_arm(ArmResult(f"rollbank:{spec}", "rollbank"), workload, urls,
                                 dispatch, finish)
             if isinstance(router, CacheAwareRouter):
                 res.extra["router_decisions"] = {
