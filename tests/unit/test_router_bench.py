@@ -74,6 +74,9 @@ def test_arm_summary_repeated_prefill() -> None:
     assert s["hit_rate"] == round(96 / 450, 4)
     assert s["imbalance_max_over_min"] == 3.0
     assert s["requests_per_server"] == [2, 1]
+    assert s["affinity_moves"] == 1  # turn 2 left server a
+    arm.records.append(RequestRecord("g0s1", 0, None, 10, 0, 0, 1))
+    assert arm.summary(["a", "b"], 32)["affinity_moves"] is None  # behind a peer: unknown
 
 
 def arm(name: str, kind: str, rep: int, hit: float, imb: float) -> dict[str, Any]:

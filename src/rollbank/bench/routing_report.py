@@ -20,7 +20,7 @@ from typing import Any
 HIT_RATE_TOLERANCE = 0.001
 
 ROUND_FIELDS = ("hit_rate", "repeated_prefill_tokens_full_blocks", "imbalance_max_over_min",
-                "wall_s", "ttft_p50_s", "ttft_p95_s", "order")
+                "wall_s", "ttft_p50_s", "ttft_p95_s", "affinity_moves", "order")
 
 
 def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:

@@ -131,6 +131,21 @@ def client_ttft(total_s: float, decode_s: float | None) -> float | None:
     return None if decode_s is None else max(0.0, total_s - decode_s)
 
 
+def affinity_moves(records: Sequence[RequestRecord]) -> int | None:
+    """Turns sent to a different server than the same conversation's previous turn (each one
+    re-prefills the context there); None when the server is unknown (behind a peer router)."""
+    if any(r.server is None for r in records):
+        return None
+    last: dict[str, tuple[int, str]] = {}
+    moves = 0
+    for r in sorted(records, key=lambda r: (r.trajectory_id, r.turn)):
+        prev = last.get(r.trajectory_id)
+        if prev is not None and prev[1] != r.server:
+            moves += 1
+        last[r.trajectory_id] = (r.turn, r.server or "")
+    return moves
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile (``q`` in [0, 100]); None for no values."""
     if not values:
@@ -206,6 +221,7 @@ class ArmResult:
             "inflight_peak_per_server": [max((s[i] for s in self.samples), default=0) for i in range(n)],
             "requests_per_server": per_server,
             "requests_imbalance_max_over_min": _ratio(per_server),
+            "affinity_moves": affinity_moves(recs),
         }
         if self.error:
             out["error"] = self.error
