@@ -9,7 +9,7 @@ import pytest
 
 from rollbank.bench.routing import apply_defaults, parse_router_config, policy_variant
 from rollbank.bench.routing_peers import session_key
-from rollbank.bench.routing_report import merge_rounds, summarize
+from rollbank.bench.routing_report import merge_rounds, move_diagnosis, summarize
 from rollbank.bench.routing_workload import (
     ArmResult,
     RequestRecord,
@@ -175,3 +175,22 @@ def test_engine_defaults_and_router_config_parsing() -> None:
     assert policy_variant("sticky") == ("sticky", {})
     with pytest.raises(ValueError):
         parse_router_config("nokey")
+
+
+def test_move_diagnosis_compares_in_flight_with_live_conversations() -> None:
+    def rec(traj: str, turn: int, server: str, send: float, done: float) -> RequestRecord:
+        return RequestRecord(traj, turn, server, 10, 0, 0, 1, t_send=send, t_done=done)
+
+    records = [
+        rec("c0", 0, "a", 0.0, 1.0), rec("c0", 1, "a", 1.5, 2.5),  # in a tool call at t=2.6
+        rec("c1", 0, "a", 0.0, 1.0), rec("c1", 1, "b", 2.6, 3.0),  # moved at t=2.6
+        rec("c2", 0, "b", 0.0, 1.0), rec("c2", 1, "b", 2.0, 4.0),  # in flight at t=2.6
+        rec("c3", 0, "b", 0.0, 0.5), rec("c3", 1, "b", 0.6, 0.9),
+        rec("c3", 2, "b", 1.0, 1.2),  # all 3 turns answered: not live
+    ]
+    moves = move_diagnosis(records, ["a", "b"], turns=3)
+    assert moves == [{"t": 2.6, "trajectory": "c1", "turn": 1, "from": 0, "to": 1,
+                      "in_flight": [0, 1], "conversations": [2, 1]}]
+    m = merge_rounds([{**arm("x", "rollbank", 0, 0.5, 1.0), "affinity_move_detail": moves},
+                      {**arm("x", "rollbank", 0, 0.5, 1.0), "affinity_move_detail": []}])
+    assert "affinity_move_detail" not in m and m["rounds"]["affinity_move_detail"] == [moves, []]

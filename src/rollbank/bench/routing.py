@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbank.bench.routing_engines import ENGINES
-from rollbank.bench.routing_report import merge_rounds, summarize
+from rollbank.bench.routing_report import merge_rounds, move_diagnosis, summarize
 
 DEFAULT_POLICIES = "round_robin,least_loaded,sticky,cache_aware"
 DEFAULT_PEERS = (
@@ -209,6 +209,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                 res.extra["router_decisions"] = {
                     k: v for k, v in router.stats().items() if k.startswith("reason_")
                 }
+            res.extra["affinity_move_detail"] = move_diagnosis(res.records, urls, args.turns)
             return res
 
         async def peer_arm(name: str, router_name: str, policy: str, by: str) -> ArmResult:
@@ -295,6 +296,9 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "engine_queue": "engine: metrics.queue_time_ms (arrival to scheduled)",
             "engine_ttft": "engine: queue_time_ms + time_to_first_token_ms (arrival at the "
                            "engine to first token; no client, proxy or host-scheduling lag)",
+            "affinity_move_detail": "rollbank arms, per round: each turn that left its "
+                                    "conversation's server, with requests in flight and live "
+                                    "conversations per server at that moment",
             "medians": "every number of an arm is the median over rounds; 'rounds' keeps the "
                        "key fields per round and the arm's position in the rotated order",
         },

@@ -8,19 +8,27 @@ fields per round) and :func:`summarize` (the targets, judged on the medians):
 - time: cache_aware's wall time <= the fastest peer's and its p95 time to first token <= the
   lowest peer p95 (each the median over rounds); ``rounds_won`` counts the rounds where it
   also won pairwise (same round, so host drift hits both alike).
+
+And :func:`move_diagnosis`: where an arm's affinity moves came from (in-flight vs live
+conversations per server at each move).
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
+from collections.abc import Sequence
 from typing import Any
+
+from rollbank.bench.routing_workload import RequestRecord
 
 # Arms sample different tokens (temperature > 0), which moves prompt lengths by a few tokens
 # per arm: hit rates within 0.1 point are a tie, not a win or a loss.
 HIT_RATE_TOLERANCE = 0.001
 
 ROUND_FIELDS = ("hit_rate", "repeated_prefill_tokens_full_blocks", "imbalance_max_over_min",
-                "wall_s", "ttft_p50_s", "ttft_p95_s", "affinity_moves", "order")
+                "wall_s", "ttft_p50_s", "ttft_p95_s", "affinity_moves", "order",
+                "affinity_move_detail")
 
 
 def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -32,6 +40,9 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             nums = [v for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
             out[key] = statistics.median(nums) if nums else None
     out["rounds"] = {k: [r.get(k) for r in rounds] for k in ROUND_FIELDS}
+    out.pop("affinity_move_detail", None)  # per round only
+    if all(v is None for v in out["rounds"]["affinity_move_detail"]):
+        del out["rounds"]["affinity_move_detail"]
     errors = [r["error"] for r in rounds if "error" in r]
     if errors:
         out["error"] = " | ".join(errors)
@@ -101,3 +112,39 @@ def summarize(arms: list[dict[str, Any]], name: str = "rollbank:cache_aware") ->
     if all(k in out for k in keys):
         out["target_time_met"] = all(out[k] for k in keys)
     return out
+
+
+def move_diagnosis(
+    records: Sequence[RequestRecord], servers: Sequence[str], turns: int, limit: int = 20
+) -> list[dict[str, Any]]:
+    """For each affinity move (a turn sent to another server than its conversation's previous
+    turn), the load the servers had at that moment, measured two ways: requests in flight, and
+    live conversations (started, last turn not answered) by the server of their latest turn.
+    A move made while conversations were even but in-flight counts were not is a move on a
+    transient signal. At most ``limit`` moves, earliest first."""
+    index = {s: i for i, s in enumerate(servers)}
+    by_conv: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        by_conv.setdefault(r.trajectory_id, []).append(r)
+    for recs in by_conv.values():
+        recs.sort(key=lambda r: r.turn)
+    out: list[dict[str, Any]] = []
+    for recs in by_conv.values():
+        for a, b in itertools.pairwise(recs):
+            if a.server == b.server or a.server is None or b.server is None:
+                continue
+            t = b.t_send
+            in_flight = [0] * len(servers)
+            for r in records:
+                if r.server is not None and r.t_send < t < r.t_done:
+                    in_flight[index[r.server]] += 1
+            live = [0] * len(servers)
+            for other in by_conv.values():
+                sent = [r for r in other if r.t_send < t]
+                done = len(sent) == turns and sent[-1].t_done <= t
+                if sent and not done and sent[-1].server is not None:
+                    live[index[sent[-1].server]] += 1
+            out.append({"t": round(t, 3), "trajectory": b.trajectory_id, "turn": b.turn,
+                        "from": index[a.server], "to": index[b.server],
+                        "in_flight": in_flight, "conversations": live})
+    return sorted(out, key=lambda m: m["t"])[:limit]
