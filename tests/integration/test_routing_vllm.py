@@ -13,13 +13,12 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from rollbank.bench.routing_peers import PeerRouter, find_vllm_router
+from rollbank.bench.routing_peers import PeerRouter, find_vllm_router, peer_client
 from rollbank.bench.routing_workload import (
     ArmResult,
     Workload,
     cacheable,
     fixed_dispatch,
-    peer_client,
     router_dispatch,
     run_arm,
 )

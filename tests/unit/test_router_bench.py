@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
-from rollbank.bench.routing import merge_rounds, summarize
+import pytest
+
+from rollbank.bench.routing import apply_defaults, parse_router_config, policy_variant
+from rollbank.bench.routing_peers import session_key
+from rollbank.bench.routing_report import merge_rounds, move_diagnosis, summarize
 from rollbank.bench.routing_workload import (
     ArmResult,
     RequestRecord,
     Workload,
     cacheable,
-    session_key,
+    client_ttft,
+    percentile,
 )
 
 
@@ -68,6 +74,9 @@ def test_arm_summary_repeated_prefill() -> None:
     assert s["hit_rate"] == round(96 / 450, 4)
     assert s["imbalance_max_over_min"] == 3.0
     assert s["requests_per_server"] == [2, 1]
+    assert s["affinity_moves"] == 1  # turn 2 left server a
+    arm.records.append(RequestRecord("g0s1", 0, None, 10, 0, 0, 1))
+    assert arm.summary(["a", "b"], 32)["affinity_moves"] is None  # behind a peer: unknown
 
 
 def arm(name: str, kind: str, rep: int, hit: float, imb: float) -> dict[str, Any]:
@@ -98,4 +107,90 @@ def test_merge_rounds_takes_medians() -> None:
     assert m["hit_rate"] == 0.6
     assert m["imbalance_max_over_min"] == 2.0
     assert m["rounds"]["hit_rate"] == [0.5, 0.7, 0.6]
-    assert merge_rounds(rounds[:1]) == rounds[0]
+    one = merge_rounds(rounds[:1])
+    assert {k: v for k, v in one.items() if k != "rounds"} == rounds[0]
+    assert one["rounds"]["wall_s"] == [1.0]
+
+
+def timed(name: str, kind: str, walls: list[float], p95s: list[float], hit: float) -> dict[str, Any]:
+    rounds = [{**arm(name, kind, 0, hit, 1.0), "wall_s": w, "ttft_p95_s": t}
+              for w, t in zip(walls, p95s, strict=True)]
+    return merge_rounds(rounds)
+
+
+def test_summary_time_targets_use_medians_and_count_pairwise_rounds() -> None:
+    ours = timed("rollbank:cache_aware", "rollbank", [10.0, 12.0, 9.0], [0.5, 0.4, 0.9], 0.83)
+    fast = timed("vllm-router:fast", "peer", [11.0, 11.5, 8.0], [0.6, 0.6, 0.6], 0.83)
+    slow = timed("vllm-router:slow", "peer", [20.0, 20.0, 20.0], [0.3, 0.3, 0.3], 0.5)
+    s = summarize([ours, fast, slow])
+    assert s["fastest_peer"] == "vllm-router:fast"
+    assert s["cache_aware_wall_s"] == 10.0 and s["fastest_peer_wall_s"] == 11.0
+    assert s["target_wall_le_fastest_peer"] is True
+    assert s["rounds_wall_le_fastest_peer"] == 1  # 10<=11 only; 12>11.5, 9>8
+    assert s["best_ttft_peer"] == "vllm-router:slow"  # the lowest p95 of any peer
+    assert s["target_ttft_p95_le_best_peer"] is False  # 0.5 > 0.3
+    assert s["target_time_met"] is False
+    slow_hits = timed("vllm-router:slow", "peer", [20.0] * 3, [0.6] * 3, 0.5)
+    s = summarize([ours, fast, slow_hits])
+    assert s["target_ttft_p95_le_best_peer"] is True and s["target_time_met"] is True
+
+
+def test_percentile_nearest_rank_and_client_ttft() -> None:
+    vals = [float(x) for x in range(1, 21)]  # 1..20
+    assert percentile(vals, 50) == 10.0
+    assert percentile(vals, 95) == 19.0
+    assert percentile([3.0], 95) == 3.0
+    assert percentile([], 50) is None
+    assert client_ttft(2.0, 1.5) == 0.5
+    assert client_ttft(2.0, None) is None
+    assert client_ttft(1.0, 1.2) == 0.0  # clocks of two processes: never negative
+
+
+def test_arm_summary_times_and_timeline() -> None:
+    res = ArmResult("x", "rollbank", wall_s=3.0)
+    res.records = [RequestRecord("g0s0", t, "a", 10, 0, 0, 2, t_send=t, t_done=t + 1.0,
+                                 ttft_s=0.1 * (t + 1), queue_s=0.01) for t in range(4)]
+    res.samples, res.sample_times = [[1, 0], [2, 1]], [0.0, 0.25]
+    s = res.summary(["a", "b"], 32)
+    assert s["ttft_p50_s"] == 0.2 and s["ttft_p95_s"] == 0.4 and s["ttft_measured"] == 4
+    tl = res.timeline(["a", "b"])
+    assert tl["requests"][1] == {"traj": "g0s0", "turn": 1, "server": 0, "send": 1.0,
+                                 "first": 1.2, "done": 2.0, "queue": 0.01, "prompt": 10,
+                                 "cached": 0}
+    assert tl["depth"] == [[0.0, [1, 0]], [0.25, [2, 1]]]
+
+
+def test_engine_defaults_and_router_config_parsing() -> None:
+    ns = argparse.Namespace(engine="accel-sim", quick=False, turns=6, **dict.fromkeys(
+        ("servers", "groups", "group_size", "header_tokens", "task_tokens", "obs_tokens",
+         "max_tokens", "tool_pause")))
+    ns.groups = 5
+    apply_defaults(ns)
+    assert ns.servers == 4 and ns.groups == 5 and ns.max_tokens == 128
+    assert parse_router_config("balance_abs_threshold=4, cache_threshold=0.5,policy=x") == {
+        "balance_abs_threshold": 4, "cache_threshold": 0.5, "policy": "x"}
+    assert parse_router_config("") == {}
+    assert policy_variant("cache_aware+session_idle_s=0+cache_threshold=0.5") == (
+        "cache_aware", {"session_idle_s": 0, "cache_threshold": 0.5})
+    assert policy_variant("sticky") == ("sticky", {})
+    with pytest.raises(ValueError):
+        parse_router_config("nokey")
+
+
+def test_move_diagnosis_compares_in_flight_with_live_conversations() -> None:
+    def rec(traj: str, turn: int, server: str, send: float, done: float) -> RequestRecord:
+        return RequestRecord(traj, turn, server, 10, 0, 0, 1, t_send=send, t_done=done)
+
+    records = [
+        rec("c0", 0, "a", 0.0, 1.0), rec("c0", 1, "a", 1.5, 2.5),  # in a tool call at t=2.6
+        rec("c1", 0, "a", 0.0, 1.0), rec("c1", 1, "b", 2.6, 3.0),  # moved at t=2.6
+        rec("c2", 0, "b", 0.0, 1.0), rec("c2", 1, "b", 2.0, 4.0),  # in flight at t=2.6
+        rec("c3", 0, "b", 0.0, 0.5), rec("c3", 1, "b", 0.6, 0.9),
+        rec("c3", 2, "b", 1.0, 1.2),  # all 3 turns answered: not live
+    ]
+    moves = move_diagnosis(records, ["a", "b"], turns=3)
+    assert moves == [{"t": 2.6, "trajectory": "c1", "turn": 1, "from": 0, "to": 1,
+                      "in_flight": [0, 1], "conversations": [2, 1]}]
+    m = merge_rounds([{**arm("x", "rollbank", 0, 0.5, 1.0), "affinity_move_detail": moves},
+                      {**arm("x", "rollbank", 0, 0.5, 1.0), "affinity_move_detail": []}])
+    assert "affinity_move_detail" not in m and m["rounds"]["affinity_move_detail"] == [moves, []]

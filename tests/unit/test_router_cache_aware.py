@@ -185,7 +185,7 @@ def test_new_groups_spread_despite_a_shared_header() -> None:
 
 def test_equal_loads_go_to_the_longest_match() -> None:
     clock = FakeClock()
-    r = make(clock, ("a", "b", "c"))
+    r = make(clock, ("a", "b", "c"), session_idle_s=0)  # load = in flight only
     p = prompt(1)
     s = r.route(RouteRequest("r0", "t0", "g0", p))
     r.on_finish(s, "r0")
@@ -195,3 +195,63 @@ def test_equal_loads_go_to_the_longest_match() -> None:
         assert why(r) is RouteReason.LOAD
         assert got == s
         r.on_finish(got, f"q{i}")
+
+
+def two_groups(r: CacheAwareRouter) -> tuple[str, str, list[int], list[int]]:
+    """Group ga (4 conversations) on one server, gb (5) on the other; all in flight."""
+    pa, pb = prompt(1), prompt(2)
+    a = [r.route(RouteRequest(f"a{k}-0", f"a{k}", "ga", pa)) for k in range(4)]
+    b = [r.route(RouteRequest(f"b{k}-0", f"b{k}", "gb", pb)) for k in range(5)]
+    assert len(set(a)) == 1 and len(set(b)) == 1 and a[0] != b[0]
+    return a[0], b[0], pa, pb
+
+
+def test_conversations_in_tool_calls_still_count_as_load() -> None:
+    # the measured defect: every ga conversation is in a tool call at once (0 in flight on
+    # sa), gb's are generating; the next gb turn must not leave its cached context for sa
+    for idle, expect in ((30.0, RouteReason.PREFIX), (0.0, RouteReason.IMBALANCE)):
+        clock = FakeClock()
+        r = make(clock, balance_abs_threshold=3, balance_rel_threshold=1.5, session_idle_s=idle)
+        sa, sb, _, pb = two_groups(r)
+        for k in range(4):
+            r.on_finish(sa, f"a{k}-0")
+        r.on_finish(sb, "b0-0")
+        clock.advance(1.0)
+        got = r.route(RouteRequest("b0-1", "b0", "gb", [*pb, 7, 7, 7, 7]))
+        assert why(r) is expect
+        assert got == (sb if expect is RouteReason.PREFIX else sa)
+        if idle:
+            assert r.session_load() == {sa: 4, sb: 5}  # 4 parked vs 4 + the new turn
+
+
+def test_parked_conversations_expire_after_session_idle() -> None:
+    clock = FakeClock()
+    r = make(clock, balance_abs_threshold=3, balance_rel_threshold=1.5, session_idle_s=30.0)
+    sa, sb, _, pb = two_groups(r)
+    for k in range(4):
+        r.on_finish(sa, f"a{k}-0")  # ga's conversations never come back
+    r.on_finish(sb, "b0-0")
+    clock.advance(30.0)  # exactly session_idle_s: expired
+    got = r.route(RouteRequest("b0-1", "b0", "gb", [*pb, 7, 7, 7, 7]))
+    assert why(r) is RouteReason.IMBALANCE and got == sa
+    assert r.session_load() == {sa: 1, sb: 4}
+
+
+def test_new_group_goes_where_fewer_conversations_live() -> None:
+    clock = FakeClock()
+    r = make(clock, session_idle_s=30.0)
+    sa, sb, _, _ = two_groups(r)
+    for k in range(4):
+        r.on_finish(sa, f"a{k}-0")  # 0 in flight but 4 conversations in tools on sa
+    for k in range(2):
+        r.on_finish(sb, f"b{k}-0")
+        r.on_abort(sb, f"b{k}-0")  # already finished: ignored, no double count
+    r.on_abort(sb, "b2-0")  # an aborted conversation is not parked
+    r.on_abort(sb, "b3-0")
+    assert r.session_load() == {sa: 4, sb: 3}
+    assert r.in_flight() == {sa: 0, sb: 1}
+    assert r.route(RouteRequest("n0", "n0", "gn", prompt(3))) == sb
+    assert why(r) is RouteReason.LOAD
+    # a parked conversation's next turn moves it from parked to in flight (counted once)
+    r.route(RouteRequest("a0-1", "a0", "ga", [*prompt(1), 5, 5, 5, 5]))
+    assert r.session_load() == {sa: 4, sb: 4}

@@ -1,11 +1,14 @@
-"""`rollbank bench routing`: rollbank's routers vs a peer router on real vLLM servers (JSON).
+"""`rollbank bench routing`: rollbank's routers vs peer routers, judged on time and cache (JSON).
 
-Starts ``--servers`` real vLLM servers (:class:`~rollbank.inference.server.ManagedServers`),
-then replays one multi-turn GRPO workload (:mod:`rollbank.bench.routing_workload`) once per
-arm: each rollbank policy (round_robin, least_loaded, sticky, cache_aware) routing in-process,
-then ``vllm-router`` (PyPI, Rust) placed in front of the same servers with its cache_aware,
-consistent_hash and sticky_least_loaded policies. Before each arm every server's prefix cache
-is reset, so arms start equal; observations and pauses are seeded and identical per arm.
+Starts ``--servers`` engines (``--engine vllm``: real vLLM servers; ``accel-sim``: emulated
+accelerators, :mod:`rollbank.bench.routing_engines`), then replays one multi-turn GRPO
+workload (:mod:`rollbank.bench.routing_workload`) per arm: each rollbank policy
+(round_robin, least_loaded, sticky, cache_aware) routing in-process, then ``vllm-router``
+(PyPI, Rust) placed in front of the same servers with its cache_aware, consistent_hash and
+sticky_least_loaded policies. ``--repeats`` rounds (default 3), the arm order rotated each
+round; every number is the median over rounds (:mod:`rollbank.bench.routing_report`). Before
+each arm every server's prefix cache is reset, so arms start equal; observations and pauses
+are seeded and identical per arm. Every arm sends the same ``/v1/completions`` body.
 
 Peer caveats (how token-id prompts get through them):
 - the prompt is sent as token ids to ``/v1/completions`` exactly as rollbank sends it to vLLM;
@@ -22,11 +25,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import statistics
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from rollbank.bench.routing_engines import ENGINES
+from rollbank.bench.routing_report import merge_rounds, move_diagnosis, summarize
 
 DEFAULT_POLICIES = "round_robin,least_loaded,sticky,cache_aware"
 DEFAULT_PEERS = (
@@ -39,37 +44,93 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--json", action="store_true", help="print one JSON object (the default output anyway)")
     a("--quick", action="store_true", help="small workload (4 groups x 2, 3 turns) for a fast run")
-    a("--model", default="tiny", help="model served by every server (default: tiny)")
-    a("--servers", type=int, default=2, help="number of vLLM servers (>= 2)")
-    a("--groups", type=int, default=8, help="GRPO groups")
-    a("--group-size", type=int, default=4, help="siblings per group")
+    a("--engine", choices=ENGINES, default="vllm",
+      help="vllm: real vLLM servers; accel-sim: emulated accelerator engines (--profile)")
+    a("--model", default="tiny", help="vllm: model served by every server (default: tiny)")
+    a("--profile", default="h100-llama3.1-8b", help="accel-sim: latency profile name or path")
+    a("--servers", type=int, default=None, help="number of engines (>= 2; vllm 2, accel-sim 4)")
+    a("--groups", type=int, default=None, help="GRPO groups (vllm 8, accel-sim 16)")
+    a("--group-size", type=int, default=None, help="siblings per group (vllm 4, accel-sim 8)")
     a("--turns", type=int, default=6, help="turns per conversation")
-    a("--header-tokens", type=int, default=128, help="prompt header shared by every group")
-    a("--task-tokens", type=int, default=256, help="per-group task tokens (shared by siblings)")
-    a("--obs-tokens", default="48,160", help="observation length range per turn, 'min,max'")
-    a("--max-tokens", type=int, default=32, help="tokens generated per turn")
-    a("--tool-pause", type=float, default=0.3, help="max seeded pause between turns (s)")
-    a("--block-size", type=int, default=32, help="vLLM KV block size and router block size")
+    a("--header-tokens", type=int, default=None,
+      help="prompt header shared by every group (vllm 128, accel-sim 256)")
+    a("--task-tokens", type=int, default=None,
+      help="per-group task tokens, shared by siblings (vllm 256, accel-sim 1024)")
+    a("--obs-tokens", default=None,
+      help="observation length range per turn, 'min,max' (vllm 48,160; accel-sim 100,400)")
+    a("--max-tokens", type=int, default=None, help="tokens generated per turn (vllm 32, accel-sim 128)")
+    a("--tool-pause", type=float, default=None,
+      help="max seeded pause between turns, s (vllm 0.3, accel-sim 1.0)")
+    a("--block-size", type=int, default=32,
+      help="vllm: KV block size and router block size (accel-sim: the profile's)")
     a("--balance-abs", type=int, default=None,
       help="cache-aware absolute imbalance threshold (default: RouterConfig's), also the peer's")
     a("--balance-rel", type=float, default=None,
       help="cache-aware relative imbalance threshold (default: RouterConfig's), also the peer's")
-    a("--policies", default=DEFAULT_POLICIES, help="rollbank policies to run, comma-separated")
+    a("--router-config", default="",
+      help="extra RouterConfig fields for rollbank's cache_aware arm, 'key=value,...'")
+    a("--policies", default=DEFAULT_POLICIES,
+      help="rollbank policies to run, comma-separated; 'policy+key=value+...' is a variant "
+      "with RouterConfig overrides (e.g. cache_aware+session_idle_s=0)")
     a("--peers", default=DEFAULT_PEERS,
       help="peer router arms '[vllm-router/|sglang-router/]policy[:trajectory|group]', "
       "comma-separated (router defaults to vllm-router); '' for none")
     a("--seed", type=int, default=0, help="workload seed")
     a("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
-    a("--kv-cache-gib", type=float, default=1.0, help="VLLM_CPU_KVCACHE_SPACE per server")
-    a("--repeats", type=int, default=1, help="rounds over all arms (order rotated); medians")
+    a("--kv-cache-gib", type=float, default=1.0, help="vllm: VLLM_CPU_KVCACHE_SPACE per server")
+    a("--repeats", type=int, default=3, help="rounds over all arms (order rotated); medians")
     a("--out", type=Path, default=None, help="also write the JSON object to this file")
+    a("--timeline", type=Path, default=None,
+      help="write every arm-round's per-request timeline and queue depth (JSON lines) here")
+
+
+ENGINE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vllm": {"servers": 2, "groups": 8, "group_size": 4, "header_tokens": 128,
+             "task_tokens": 256, "obs_tokens": "48,160", "max_tokens": 32, "tool_pause": 0.3},
+    "accel-sim": {"servers": 4, "groups": 16, "group_size": 8, "header_tokens": 256,
+                  "task_tokens": 1024, "obs_tokens": "100,400", "max_tokens": 128,
+                  "tool_pause": 1.0},
+}
+
+
+def apply_defaults(args: argparse.Namespace) -> None:
+    """Fill every workload option left unset with the engine's default (then ``--quick``)."""
+    for key, value in ENGINE_DEFAULTS[args.engine].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.quick:
+        args.groups, args.group_size, args.turns = 4, 2, 3
+
+
+def policy_variant(spec: str) -> tuple[str, dict[str, Any]]:
+    """``'cache_aware+session_idle_s=0'`` -> ``("cache_aware", {"session_idle_s": 0})``: an arm
+    of a policy with RouterConfig overrides (an ablation in the same rotated rounds)."""
+    policy, *items = spec.split("+")
+    return policy, parse_router_config(",".join(items))
+
+
+def parse_router_config(text: str) -> dict[str, Any]:
+    """``'a=1,b=0.5,c=x'`` -> ``{"a": 1, "b": 0.5, "c": "x"}`` (RouterConfig validates)."""
+    out: dict[str, Any] = {}
+    for item in (t for t in text.split(",") if t.strip()):
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"--router-config item {item!r} is not key=value")
+        value: Any = raw.strip()
+        for conv in (int, float):
+            try:
+                value = conv(raw)
+                break
+            except ValueError:
+                continue
+        out[key.strip()] = value
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    if args.quick:
-        args.groups, args.group_size, args.turns = 4, 2, 3
+    apply_defaults(args)
     if args.servers < 2:
         print("bench routing needs --servers >= 2", file=sys.stderr)
         return 2
@@ -82,22 +143,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    import os
+
     import httpx
 
-    from rollbank.bench.routing_peers import PEER_ROUTERS, PeerRouter, find_router
+    from rollbank.bench.routing_engines import open_fleet
+    from rollbank.bench.routing_peers import (
+        PEER_ROUTERS,
+        PeerRouter,
+        bench_client,
+        find_router,
+        peer_client,
+    )
     from rollbank.bench.routing_workload import (
         ArmResult,
         Workload,
-        bench_client,
         fixed_dispatch,
-        peer_client,
         router_dispatch,
         run_arm,
     )
     from rollbank.clock import MonotonicClock
-    from rollbank.inference.config import ServerConfig
     from rollbank.inference.protocol import GenerateRequest, InferenceClient, SamplingParams
-    from rollbank.inference.server import ManagedServers
     from rollbank.routing.cache_aware import CacheAwareRouter
     from rollbank.routing.config import RouterConfig
     from rollbank.routing.factory import make_router
@@ -107,25 +173,20 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         args.balance_abs = defaults.balance_abs_threshold
     if args.balance_rel is None:
         args.balance_rel = defaults.balance_rel_threshold
+    extra_cfg = parse_router_config(args.router_config)
     lo_obs, hi_obs = (int(x) for x in args.obs_tokens.split(","))
-    cfg = ServerConfig.model_validate({
-        "model": args.model, "num_servers": args.servers, "kv_cache_gib": args.kv_cache_gib,
-        "extra_args": ["--block-size", str(args.block_size)],
-    })
-    async with ManagedServers(cfg) as fleet:
-        urls = fleet.urls
-        assert fleet.model_dir is not None
-        model_cfg = json.loads((fleet.model_dir / "config.json").read_text())
+    load_before = os.getloadavg()
+    async with open_fleet(args) as fleet:
+        urls, block = fleet.urls, fleet.block_size
         workload = Workload(
             groups=args.groups, group_size=args.group_size, turns=args.turns,
             header_tokens=args.header_tokens, task_tokens=args.task_tokens,
             obs_tokens=(lo_obs, hi_obs), max_tokens=args.max_tokens, tool_pause_s=args.tool_pause,
-            vocab=(16, int(model_cfg["vocab_size"])), seed=args.seed,
-            temperature=args.temperature,
+            vocab=fleet.vocab, seed=args.seed, temperature=args.temperature,
         )
         clients: dict[str, InferenceClient] = {u: bench_client(u) for u in urls}
         # warm each engine once (first-request compilation), outside every arm
-        for i, c in enumerate(fleet.clients):
+        for i, c in enumerate(clients.values()):
             await c.generate(GenerateRequest(f"warmup-{i}", list(range(16, 80)), SamplingParams(
                 max_tokens=4, temperature=0.0, logprobs=False)))
 
@@ -133,23 +194,25 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             for c in fleet.clients:
                 await c.reset_prefix_cache()
 
-        async def rollbank_arm(policy: str) -> dict[str, Any]:
-            router = make_router(
-                policy, urls, MonotonicClock(), block_size=args.block_size,
-                balance_abs_threshold=args.balance_abs, balance_rel_threshold=args.balance_rel,
-            )
+        async def rollbank_arm(spec: str) -> ArmResult:
+            policy, variant = policy_variant(spec)
+            cfg: dict[str, Any] = dict(block_size=block, balance_abs_threshold=args.balance_abs,
+                                       balance_rel_threshold=args.balance_rel)
+            if policy == "cache_aware":
+                cfg.update(extra_cfg)
+            cfg.update(variant)
+            router = make_router(policy, urls, MonotonicClock(), **cfg)
             dispatch, finish = router_dispatch(router, clients)
-            res = await run_arm(ArmResult(f"rollbank:{policy}", "rollbank"), workload, urls,
+            res = await run_arm(ArmResult(f"rollbank:{spec}", "rollbank"), workload, urls,
                                 dispatch, finish)
             if isinstance(router, CacheAwareRouter):
                 res.extra["router_decisions"] = {
                     k: v for k, v in router.stats().items() if k.startswith("reason_")
                 }
-            return res.summary(urls, args.block_size)
+            res.extra["affinity_move_detail"] = move_diagnosis(res.records, urls, args.turns)
+            return res
 
-        served_name = Path(cfg.model).name
-
-        async def peer_arm(name: str, router_name: str, policy: str, by: str) -> dict[str, Any]:
+        async def peer_arm(name: str, router_name: str, policy: str, by: str) -> ArmResult:
             res = ArmResult(name, "peer")
             extra = (["--cache-threshold", "0.3", "--balance-abs-threshold", str(args.balance_abs),
                       "--balance-rel-threshold", str(args.balance_rel)]
@@ -157,19 +220,19 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             binary = find_router(router_name)
             if binary is None:
                 res.error = f"{router_name} not installed (pip install 'rollbank[peers]')"
-                return res.summary(urls, args.block_size)
+                return res
             try:
                 async with PeerRouter(binary, urls, policy, extra) as peer:
-                    client = peer_client(peer.url, served_name, by)
+                    client = peer_client(peer.url, fleet.served_name, by)
                     try:
                         await run_arm(res, workload, urls, *fixed_dispatch(client))
                     finally:
                         await client.aclose()
             except (OSError, TimeoutError, httpx.HTTPError, RuntimeError) as exc:
                 res.error = f"peer router failed: {exc!r}"
-            return res.summary(urls, args.block_size)
+            return res
 
-        specs: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = [
+        specs: list[tuple[str, Callable[[], Awaitable[ArmResult]]]] = [
             (f"rollbank:{p}", functools.partial(rollbank_arm, p))
             for p in args.policies.split(",") if p
         ]
@@ -183,96 +246,63 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             name = f"{router_name}:{policy}" + (f"[session={by or 'trajectory'}]" if session else "")
             specs.append((name, functools.partial(peer_arm, name, router_name, policy,
                                                   by or "trajectory")))
+        timeline = args.timeline.open("w") if args.timeline is not None else None
         try:
             rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in specs}
             for r in range(args.repeats):
                 k = r % len(specs)  # rotate the order each round so no arm always runs first
-                for name, fn in specs[k:] + specs[:k]:
+                for pos, (name, fn) in enumerate(specs[k:] + specs[:k]):
                     await reset()
-                    rounds[name].append(await fn())
+                    res = await fn()
+                    summary = res.summary(urls, block)
+                    summary["order"] = pos
+                    summary["load_avg_1m"] = round(os.getloadavg()[0], 2)
+                    rounds[name].append(summary)
+                    if timeline is not None:
+                        timeline.write(json.dumps({"round": r, "order": pos,
+                                                   **res.timeline(urls)}) + "\n")
             arms = [merge_rounds(rounds[name]) for name, _ in specs]
         finally:
+            if timeline is not None:
+                timeline.close()
             for bc in clients.values():
                 await bc.aclose()
 
     return {
         "bench": "routing",
-        "model": args.model,
+        "engine": fleet.engine,
+        "model" if fleet.engine == "vllm" else "profile": fleet.label,
         "servers": args.servers,
         "workload": {
             "groups": args.groups, "group_size": args.group_size, "turns": args.turns,
             "conversations": args.groups * args.group_size,
             "header_tokens": args.header_tokens, "task_tokens": args.task_tokens,
             "obs_tokens": [lo_obs, hi_obs], "max_tokens": args.max_tokens,
-            "tool_pause_s": args.tool_pause, "block_size": args.block_size, "seed": args.seed,
+            "tool_pause_s": args.tool_pause, "block_size": block, "seed": args.seed,
             "balance_abs": args.balance_abs, "balance_rel": args.balance_rel,
-            "temperature": args.temperature,
+            "temperature": args.temperature, "cache_aware_config": extra_cfg,
         },
+        "host": {"load_avg_before": [round(x, 2) for x in load_before],
+                 "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+                 "cpus": os.cpu_count()},
         "sources": {
             "uncached_and_repeated": "per request: usage.prompt_tokens_details.cached_tokens",
             "hit_rate": "/metrics deltas: vllm:prefix_cache_hits / vllm:prefix_cache_queries",
             "inflight": "/metrics running+waiting sampled every 0.25 s per server",
+            "wall_s": "client: first request sent to last answer received",
+            "ttft": "client-measured, no streaming: per request the client's round trip (send "
+                    "to answer) minus the engine's own first-token-to-last-token interval "
+                    "(metrics.generation_time_ms); p50/p95 nearest rank over the arm's requests",
+            "engine_queue": "engine: metrics.queue_time_ms (arrival to scheduled)",
+            "engine_ttft": "engine: queue_time_ms + time_to_first_token_ms (arrival at the "
+                           "engine to first token; no client, proxy or host-scheduling lag)",
+            "affinity_move_detail": "rollbank arms, per round: each turn that left its "
+                                    "conversation's server, with requests in flight and live "
+                                    "conversations per server at that moment",
+            "medians": "every number of an arm is the median over rounds; 'rounds' keeps the "
+                       "key fields per round and the arm's position in the rotated order",
         },
         "repeats": args.repeats,
         "arms": arms,
         "summary": summarize(arms),
     }
-
-
-def summarize(arms: list[dict[str, Any]]) -> dict[str, Any]:
-    """Targets: avoidable repeated prefill cut >= 90% vs round-robin; hit rate matches (within
-    ``HIT_RATE_TOLERANCE``) or beats the best peer's; imbalance no worse than that peer's."""
-    by = {a["name"]: a for a in arms if "error" not in a}
-    ours = by.get("rollbank:cache_aware")
-    rr = by.get("rollbank:round_robin")
-    out: dict[str, Any] = {}
-    if ours and rr and rr.get("repeated_prefill_tokens"):
-        raw = 1.0 - ours["repeated_prefill_tokens"] / rr["repeated_prefill_tokens"]
-        out["repeated_prefill_cut_vs_round_robin_raw"] = round(raw, 4)
-    if ours and rr and rr.get("repeated_prefill_tokens_full_blocks"):
-        cut = 1.0 - (ours["repeated_prefill_tokens_full_blocks"]
-                     / rr["repeated_prefill_tokens_full_blocks"])
-        out["repeated_prefill_cut_vs_round_robin_full_blocks"] = round(cut, 4)
-        out["target_repeated_cut_ge_90pct"] = cut >= 0.9
-    peers = [a for a in by.values() if a["kind"] == "peer" and a.get("hit_rate") is not None]
-    if ours and peers and ours.get("hit_rate") is not None:
-        best = max(peers, key=lambda a: a["hit_rate"])
-        out["best_peer"] = best["name"]
-        out["best_peer_hit_rate"] = best["hit_rate"]
-        out["cache_aware_hit_rate"] = ours["hit_rate"]
-        out["hit_rate_delta_vs_best_peer"] = round(ours["hit_rate"] - best["hit_rate"], 4)
-        out["hit_rate_tolerance"] = HIT_RATE_TOLERANCE
-        out["target_hit_rate_matches_best_peer"] = (
-            ours["hit_rate"] >= best["hit_rate"] - HIT_RATE_TOLERANCE
-        )
-        oi, pi = ours["imbalance_max_over_min"], best["imbalance_max_over_min"]
-        out["cache_aware_imbalance"] = oi
-        out["best_peer_imbalance"] = pi
-        if oi is not None and pi is not None:
-            out["target_imbalance_le_best_peer"] = oi <= pi
-    return out
-
-
-# Arms sample different tokens (temperature > 0), which moves prompt lengths by a few tokens
-# per arm: hit rates within 0.1 point are a tie, not a win or a loss.
-HIT_RATE_TOLERANCE = 0.001
-
-ROUND_FIELDS = ("hit_rate", "repeated_prefill_tokens_full_blocks", "imbalance_max_over_min",
-                "wall_s")
-
-
-def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """One arm over several rounds: the median of every number, and key fields per round."""
-    if len(rounds) == 1:
-        return rounds[0]
-    out = dict(rounds[0])
-    for key, value in rounds[0].items():
-        if (isinstance(value, int | float) and not isinstance(value, bool)) or value is None:
-            vals = [r.get(key) for r in rounds]
-            nums = [v for v in vals if isinstance(v, int | float)]
-            out[key] = statistics.median(nums) if nums else None
-    out["rounds"] = {k: [r.get(k) for r in rounds] for k in ROUND_FIELDS}
-    errors = [r["error"] for r in rounds if "error" in r]
-    if errors:
-        out["error"] = " | ".join(errors)
-    return out

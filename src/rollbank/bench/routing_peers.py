@@ -4,7 +4,9 @@ for vLLM) or ``sglang-router`` (PyPI, SGLang's gateway, ``launch`` sub-command).
 Owns :class:`PeerRouter`, an async context manager that starts the router binary on free
 ports, waits until it answers, and stops it. Invariant: the process runs in its own process
 group and the whole group is killed on exit (normal, error or cancellation), so a benchmark
-never leaves a router behind.
+never leaves a router behind. Also the HTTP clients every arm uses: :func:`bench_client`
+(rollbank's arms, straight to a server) and :func:`peer_client` (through a peer, with the
+``X-Session-ID`` its session policies hash), both on ``/v1/completions``.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 
 from rollbank.inference.server import free_port
+from rollbank.inference.vllm_client import VLLMClient
 
 PEER_ROUTERS = ("vllm-router", "sglang-router")
 
@@ -123,3 +126,63 @@ class PeerRouter:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
+
+
+# ---------------------------------------------------------------------- HTTP clients of the arms
+# vLLM's HTTP server closes idle keep-alive connections after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE)
+# and httpx keeps them for 5 s too: a request sent on a connection the server is closing fails
+# with "Server disconnected". Conversations idle between turns, so expire ours well before.
+KEEPALIVE_EXPIRY_S = 2.0
+
+
+def http_transport() -> httpx.AsyncHTTPTransport:
+    return httpx.AsyncHTTPTransport(limits=httpx.Limits(
+        max_connections=256, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S))
+
+
+def bench_client(url: str, model: str | None = None) -> VLLMClient:
+    """A :class:`VLLMClient` whose pooled connections expire before the server drops them.
+
+    It speaks ``/v1/completions`` exactly as :func:`peer_client` does behind a peer router
+    (same route, same body, per-request engine metrics), so every arm pays the same server
+    path and only the placement differs."""
+    return VLLMClient(url, model=model, transport=http_transport(), scale_out=False,
+                      versions_from_engine=False)
+
+
+class SessionHeaderTransport(httpx.AsyncBaseTransport):
+    """Adds ``X-Session-ID`` (what vllm-router's session policies hash) to each request.
+
+    The session is derived from our ``X-Request-Id`` (``<arm>-<trajectory>-t<turn>``) by
+    ``key``: the trajectory id, or the GRPO group id so siblings share a session.
+    """
+
+    def __init__(self, key: Callable[[str], str]) -> None:
+        self._inner = http_transport()
+        self._key = key
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        rid = request.headers.get("x-request-id")
+        if rid:
+            request.headers["X-Session-ID"] = self._key(rid)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def session_key(by: str) -> Callable[[str], str]:
+    """``by`` = "trajectory" (g3s1) or "group" (g3), from a request id ``<arm>-g3s1-t2``."""
+
+    def key(rid: str) -> str:
+        traj = rid.rsplit("-", 2)[-2]
+        return traj.split("s", 1)[0] if by == "group" else traj
+
+    return key
+
+
+def peer_client(url: str, model: str, by: str) -> VLLMClient:
+    # Behind vllm-router: no /openapi.json or /weight_info to read, and versions do not matter
+    # to a routing benchmark, so completions with the client's own version.
+    return VLLMClient(url, model=model, transport=SessionHeaderTransport(session_key(by)),
+                      scale_out=False, versions_from_engine=False)

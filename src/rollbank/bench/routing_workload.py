@@ -2,8 +2,7 @@
 
 Owns: :class:`Workload` (deterministic token-id conversations), :func:`run_arm` (one routing
 arm against real servers, either through a rollbank :class:`~rollbank.routing.Router` or
-through one HTTP endpoint such as a peer router), :class:`PeerRouter` (a ``vllm-router``
-process) and the per-arm measurements.
+through one HTTP endpoint such as a peer router) and the per-arm measurements.
 
 Workload: ``groups`` GRPO groups of ``group_size`` siblings. Every prompt starts with a header
 shared by all groups (the few-shot/system part), then the group's task tokens (shared by its
@@ -31,13 +30,19 @@ Measurements (per arm, all from the servers' own answers):
 - load: ``running + waiting`` sampled from each server's ``/metrics`` every ``sample_s``
   (same method for every arm, peers included, since a peer router does not say where it sent
   a request); ``imbalance`` = max/min of the per-server time-averaged in-flight, and
-  requests per server from ``vllm:request_success`` deltas.
+  requests per server from ``vllm:request_success`` deltas;
+- time: ``wall_s`` (first send to last answer), per request the client-measured time to first
+  token (:func:`client_ttft`: round trip minus the engine's reported decode interval; no
+  streaming, so every arm and both engines are measured the same way), and the engine's queue
+  wait (``metrics.queue_time_ms``); p50/p95 by nearest rank. :meth:`ArmResult.timeline` keeps
+  every request's send/first/done times and the sampled queue depth per server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +52,7 @@ from typing import Any
 import httpx
 
 from rollbank.inference.protocol import GenerateRequest, InferenceClient, SamplingParams
-from rollbank.inference.vllm_client import VLLMClient, parse_prometheus
+from rollbank.inference.vllm_client import parse_prometheus
 from rollbank.routing.router import Router, RouteRequest
 
 
@@ -112,6 +117,46 @@ class RequestRecord:
     cached_tokens: int | None
     seen_before: int
     generated: int
+    t_send: float = 0.0  # seconds since the arm started: the request left the client
+    t_done: float = 0.0  # ... its answer arrived
+    ttft_s: float | None = None  # client: send -> first token (see :func:`client_ttft`)
+    queue_s: float | None = None  # engine: arrival -> scheduled
+    engine_ttft_s: float | None = None  # engine: arrival -> first token
+
+
+def client_ttft(total_s: float, decode_s: float | None) -> float | None:
+    """Client-measured time to first token without streaming: the client's round trip (send
+    to answer) minus the engine's own first-token-to-last-token interval
+    (``metrics.generation_time_ms``), i.e. send -> first token up to the answer's transfer."""
+    return None if decode_s is None else max(0.0, total_s - decode_s)
+
+
+def affinity_moves(records: Sequence[RequestRecord]) -> int | None:
+    """Turns sent to a different server than the same conversation's previous turn (each one
+    re-prefills the context there); None when the server is unknown (behind a peer router)."""
+    if any(r.server is None for r in records):
+        return None
+    last: dict[str, tuple[int, str]] = {}
+    moves = 0
+    for r in sorted(records, key=lambda r: (r.trajectory_id, r.turn)):
+        prev = last.get(r.trajectory_id)
+        if prev is not None and prev[1] != r.server:
+            moves += 1
+        last[r.trajectory_id] = (r.turn, r.server or "")
+    return moves
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (``q`` in [0, 100]); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(x, nd)
 
 
 @dataclass
@@ -121,6 +166,7 @@ class ArmResult:
     wall_s: float = 0.0
     records: list[RequestRecord] = field(default_factory=list)
     samples: list[list[int]] = field(default_factory=list)  # per sample, in-flight per server
+    sample_times: list[float] = field(default_factory=list)  # seconds since the arm started
     metrics_delta: list[dict[str, float]] = field(default_factory=list)
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -147,6 +193,9 @@ class ArmResult:
         ]
         per_server = [int(d.get("vllm:request_success_total", 0.0)) for d in self.metrics_delta]
         lo, hi = (min(means), max(means)) if means else (0.0, 0.0)
+        ttft = [r.ttft_s for r in recs if r.ttft_s is not None]
+        queue = [r.queue_s for r in recs if r.queue_s is not None]
+        engine_ttft = [r.engine_ttft_s for r in recs if r.engine_ttft_s is not None]
         out: dict[str, Any] = {
             "name": self.name,
             "kind": self.kind,
@@ -160,16 +209,43 @@ class ArmResult:
             "hit_rate": round(hits / queries, 4) if queries else None,
             "hit_rate_per_request": round(cached / prompt, 4) if prompt and cached_known else None,
             "wall_s": round(self.wall_s, 2),
+            "ttft_p50_s": _r(percentile(ttft, 50)),
+            "ttft_p95_s": _r(percentile(ttft, 95)),
+            "ttft_measured": len(ttft),
+            "engine_ttft_p50_s": _r(percentile(engine_ttft, 50)),
+            "engine_ttft_p95_s": _r(percentile(engine_ttft, 95)),
+            "engine_queue_p50_s": _r(percentile(queue, 50)),
+            "engine_queue_p95_s": _r(percentile(queue, 95)),
             "inflight_mean_per_server": [round(m, 2) for m in means],
             "imbalance_max_over_min": round(hi / lo, 3) if lo > 0 else None,
             "inflight_peak_per_server": [max((s[i] for s in self.samples), default=0) for i in range(n)],
             "requests_per_server": per_server,
             "requests_imbalance_max_over_min": _ratio(per_server),
+            "affinity_moves": affinity_moves(recs),
         }
         if self.error:
             out["error"] = self.error
         out.update(self.extra)
         return out
+
+    def timeline(self, urls: Sequence[str]) -> dict[str, Any]:
+        """Per-request timeline and per-server queue depth over time (``--timeline``)."""
+        index = {u: i for i, u in enumerate(urls)}
+        return {
+            "name": self.name,
+            "servers": list(urls),
+            "requests": [
+                {"traj": r.trajectory_id, "turn": r.turn,
+                 "server": index.get(r.server) if r.server is not None else None,
+                 "send": round(r.t_send, 4), "first": _r(None if r.ttft_s is None
+                                                         else r.t_send + r.ttft_s),
+                 "done": round(r.t_done, 4), "queue": _r(r.queue_s), "prompt": r.prompt_tokens,
+                 "cached": r.cached_tokens}
+                for r in sorted(self.records, key=lambda r: r.t_send)
+            ],
+            "depth": [[round(t, 3), row] for t, row in zip(self.sample_times, self.samples,
+                                                            strict=False)],
+        }
 
 
 def _ratio(values: Sequence[int]) -> float | None:
@@ -185,15 +261,16 @@ async def scrape(http: httpx.AsyncClient, url: str) -> dict[str, float]:
 
 
 async def _sampler(
-    http: httpx.AsyncClient, urls: Sequence[str], out: list[list[int]], stop: asyncio.Event,
-    period_s: float,
+    http: httpx.AsyncClient, urls: Sequence[str], result: ArmResult, stop: asyncio.Event,
+    period_s: float, t0: float,
 ) -> None:
     while not stop.is_set():
         row = []
         for u in urls:
             m = await scrape(http, u)
             row.append(int(m.get("vllm:num_requests_running", 0) + m.get("vllm:num_requests_waiting", 0)))
-        out.append(row)
+        result.samples.append(row)
+        result.sample_times.append(time.monotonic() - t0)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), period_s)
 
@@ -226,13 +303,17 @@ async def run_arm(
             for turn in range(workload.turns):
                 rid = f"{result.name}-{c.trajectory_id}-t{turn}".replace(":", "_")
                 client, server = dispatch(RouteRequest(rid, c.trajectory_id, c.group_id, prompt))
+                t_send = time.monotonic()
                 try:
                     res = await client.generate(GenerateRequest(rid, prompt, sp))
                 finally:
                     finish(server, rid)
+                t_done = time.monotonic()
+                tm = res.timings
                 result.records.append(RequestRecord(
                     c.trajectory_id, turn, server, res.prompt_tokens, res.cached_prompt_tokens,
-                    seen, len(res.token_ids),
+                    seen, len(res.token_ids), t_send - t0, t_done - t0,
+                    client_ttft(t_done - t_send, tm.decode_s), tm.queue_s, tm.first_token_s,
                 ))
                 seen = len(prompt) + len(res.token_ids)
                 prompt = prompt + res.token_ids + list(c.observations[turn])
@@ -240,7 +321,7 @@ async def run_arm(
 
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(_sampler(http, urls, result.samples, stop, sample_s))
+                tg.create_task(_sampler(http, urls, result, stop, sample_s, t0))
                 async with asyncio.TaskGroup() as convs_tg:
                     for c in convs:
                         convs_tg.create_task(one(c))
@@ -281,58 +362,3 @@ def fixed_dispatch(
         return None
 
     return dispatch, finish
-
-
-# ---------------------------------------------------------------------- peer routers
-# vLLM's HTTP server closes idle keep-alive connections after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE)
-# and httpx keeps them for 5 s too: a request sent on a connection the server is closing fails
-# with "Server disconnected". Conversations idle between turns, so expire ours well before.
-KEEPALIVE_EXPIRY_S = 2.0
-
-
-def http_transport() -> httpx.AsyncHTTPTransport:
-    return httpx.AsyncHTTPTransport(limits=httpx.Limits(
-        max_connections=256, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_EXPIRY_S))
-
-
-def bench_client(url: str, model: str | None = None) -> VLLMClient:
-    """A :class:`VLLMClient` whose pooled connections expire before the server drops them."""
-    return VLLMClient(url, model=model, transport=http_transport())
-
-
-class SessionHeaderTransport(httpx.AsyncBaseTransport):
-    """Adds ``X-Session-ID`` (what vllm-router's session policies hash) to each request.
-
-    The session is derived from our ``X-Request-Id`` (``<arm>-<trajectory>-t<turn>``) by
-    ``key``: the trajectory id, or the GRPO group id so siblings share a session.
-    """
-
-    def __init__(self, key: Callable[[str], str]) -> None:
-        self._inner = http_transport()
-        self._key = key
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        rid = request.headers.get("x-request-id")
-        if rid:
-            request.headers["X-Session-ID"] = self._key(rid)
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def session_key(by: str) -> Callable[[str], str]:
-    """``by`` = "trajectory" (g3s1) or "group" (g3), from a request id ``<arm>-g3s1-t2``."""
-
-    def key(rid: str) -> str:
-        traj = rid.rsplit("-", 2)[-2]
-        return traj.split("s", 1)[0] if by == "group" else traj
-
-    return key
-
-
-def peer_client(url: str, model: str, by: str) -> VLLMClient:
-    # Behind vllm-router: no /openapi.json or /weight_info to read, and versions do not matter
-    # to a routing benchmark, so completions with the client's own version.
-    return VLLMClient(url, model=model, transport=SessionHeaderTransport(session_key(by)),
-                      scale_out=False, versions_from_engine=False)

@@ -11,14 +11,25 @@ The policy, per request (all state is routing history; no I/O, time from the inj
 2. Otherwise the server of the trajectory's previous turn is preferred (``trajectory``), else
    the server of a sibling in the same GRPO group (``group``: siblings share the prompt), else
    none: the least-loaded server takes it (``load``; equal loads go to the longest match).
-3. The preference is overridden only under real imbalance: the preferred server has more than
-   ``balance_abs_threshold`` in-flight requests above the least-loaded server AND more than
-   ``balance_rel_threshold`` times its load (``imbalance``).
+3. The preference is overridden only under real imbalance: the preferred server's load is more
+   than ``balance_abs_threshold`` above the least-loaded server's AND more than
+   ``balance_rel_threshold`` times it (``imbalance``).
+
+Load is *sessions*, not only requests in flight: a server's load is its in-flight requests
+plus its parked conversations — trajectories whose last request there finished less than
+``session_idle_s`` ago and that have not sent the next one (they are in a tool call and will
+come back to it). Measured reason (``rollbank bench routing --engine accel-sim``, timelines):
+every affinity break under the in-flight-only signal happened while the servers held equal
+conversations (32/32/32/32) and one server's were all in tool calls at once (in flight 30 vs
+2); each break re-prefilled a whole context and lowered the hit rate, and the "idle" server
+was loaded again a second later. ``session_idle_s = 0`` restores the in-flight-only signal.
 4. The chosen server is credited with the prompt's blocks (LRU, aged out after
    ``eviction_s``) and becomes the trajectory's and group's server.
 
 Invariants
-- In-flight load is real: +1 on route, -1 on finish/abort of a known request id.
+- In-flight load is real: +1 on route, -1 on finish/abort of a known request id. A finish
+  parks the request's trajectory on its server (an abort does not: the episode may be over);
+  the trajectory's next route, or ``session_idle_s`` without one, unparks it.
 - A cache reset, or a weight version change, on a server forgets every block and affinity
   believed for that server (its KV is gone or stale); loads are untouched.
 - Ties (equal match, equal load) are broken by a rotating start index, never randomly.
@@ -26,7 +37,7 @@ Invariants
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
@@ -61,6 +72,12 @@ class CacheAwareRouter:
         self._trajectory = LruMap(config.max_sessions)
         self._group = LruMap(config.max_sessions)
         self._versions: dict[str, int] = {}
+        self._request_traj: dict[str, str] = {}  # in-flight request id -> trajectory id
+        # per server: parked trajectory id -> when its last request finished (oldest first)
+        self._parked: dict[str, OrderedDict[str, float]] = {
+            s: OrderedDict() for s in self._loads.servers
+        }
+        self._parked_at: dict[str, str] = {}  # parked trajectory id -> server
         self._tie = 0
         self._reasons: Counter[RouteReason] = Counter()
         self.last_reason: RouteReason | None = None
@@ -74,6 +91,8 @@ class CacheAwareRouter:
         now = self._clock.now()
         for idx in self._index.values():
             idx.expire(now)
+        self._expire_parked(now)
+        self._unpark(req.trajectory_id)
         hashes = block_hashes(req.prompt_token_ids, self.config.block_size)
         preferred, reason = self._preference(req, hashes)
         least = self._least_loaded(hashes)
@@ -88,15 +107,23 @@ class CacheAwareRouter:
         self._trajectory.put(req.trajectory_id, server)
         self._group.put(req.group_id, server)
         self._loads.add(server, req.request_id)
+        self._request_traj[req.request_id] = req.trajectory_id
         self._reasons[reason] += 1
         self.last_reason = reason
         return server
 
     def on_finish(self, server: str, request_id: str) -> None:
-        self._loads.remove(server, request_id)
+        if not self._loads.remove(server, request_id):
+            return
+        traj = self._request_traj.pop(request_id, None)
+        if traj is not None and self.config.session_idle_s > 0:
+            self._unpark(traj)
+            self._parked[server][traj] = self._clock.now()
+            self._parked_at[traj] = server
 
     def on_abort(self, server: str, request_id: str) -> None:
-        self._loads.remove(server, request_id)
+        if self._loads.remove(server, request_id):
+            self._request_traj.pop(request_id, None)
 
     def on_cache_reset(self, server: str) -> None:
         self._loads.check(server)
@@ -115,6 +142,7 @@ class CacheAwareRouter:
         if self._loads.add_server(server):
             self._index[server] = BlockIndex(max_blocks=self.config.max_blocks_per_server,
                                              max_age_s=self.config.eviction_s)
+            self._parked[server] = OrderedDict()
 
     def in_flight(self) -> Mapping[str, int]:
         return self._loads.snapshot()
@@ -127,12 +155,35 @@ class CacheAwareRouter:
             out[f"blocks[{s}]"] = len(idx)
         return out
 
+    def session_load(self) -> dict[str, int]:
+        """The load the policy balances: in flight + parked conversations, per server (as of
+        the last event; parked sessions past ``session_idle_s`` expire at the next route)."""
+        return {s: self._load(s) for s in self.servers}
+
     def believed_match(self, server: str, prompt_token_ids: Sequence[int]) -> int:
         """Leading blocks of this prompt the router believes ``server`` holds."""
         hashes = block_hashes(prompt_token_ids, self.config.block_size)
         return self._index[server].match(hashes)
 
     # ------------------------------------------------------------------ internals
+    def _load(self, server: str) -> int:
+        return self._loads.load(server) + len(self._parked[server])
+
+    def _unpark(self, trajectory_id: str) -> None:
+        server = self._parked_at.pop(trajectory_id, None)
+        if server is not None:
+            del self._parked[server][trajectory_id]
+
+    def _expire_parked(self, now: float) -> None:
+        limit = now - self.config.session_idle_s
+        for parked in self._parked.values():
+            while parked:
+                traj, t = next(iter(parked.items()))
+                if t > limit:
+                    break
+                del parked[traj]
+                del self._parked_at[traj]
+
     def _preference(
         self, req: RouteRequest, hashes: list[int]
     ) -> tuple[str | None, RouteReason]:
@@ -149,7 +200,7 @@ class CacheAwareRouter:
                 m = self._index[s].match(hashes)
                 better = m > best_match or (
                     m == best_match and best is not None
-                    and self._loads.load(s) < self._loads.load(best)
+                    and self._load(s) < self._load(best)
                 )
                 if m > 0 and better:
                     best, best_match = s, m
@@ -162,20 +213,20 @@ class CacheAwareRouter:
         return None, RouteReason.LOAD
 
     def _least_loaded(self, hashes: list[int]) -> str:
-        """The least-loaded server; among equals the longest match, then rotation."""
+        """The least-loaded server (sessions); among equals the longest match, then rotation."""
         n = len(self.servers)
         best = self.servers[self._tie % n]
-        best_key = (self._loads.load(best), -self._index[best].match(hashes))
+        best_key = (self._load(best), -self._index[best].match(hashes))
         for k in range(1, n):
             s = self.servers[(self._tie + k) % n]
-            key = (self._loads.load(s), -self._index[s].match(hashes))
+            key = (self._load(s), -self._index[s].match(hashes))
             if key < best_key:
                 best, best_key = s, key
         return best
 
     def _imbalanced(self, preferred: str, least: str) -> bool:
-        hi = self._loads.load(preferred)
-        lo = self._loads.load(least)
+        hi = self._load(preferred)
+        lo = self._load(least)
         return (
             hi - lo > self.config.balance_abs_threshold
             and hi > self.config.balance_rel_threshold * lo

@@ -10,7 +10,8 @@ tool calls, so in-flight counts swing even when the sessions per server are even
 conversation costs a full re-prefill of its context on the new server, and new GRPO groups
 are already placed on the least-loaded server, which corrects drift for free. Measured on two
 vLLM servers (``rollbank bench routing``): abs 8 / rel 1.5 broke affinity 11 times in 192
-requests and doubled the repeated prefill; abs 16 / rel 2.0 broke it 0 times.
+requests and doubled the repeated prefill; abs 16 / rel 2.0 broke it 0 times. Load counts
+conversations parked in tool calls too (``session_idle_s``; :mod:`rollbank.routing.cache_aware`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ class RouterConfig(Section):
         default=2.0, ge=1.0,
         description="... AND more than this factor times the least-loaded server's in-flight "
         "requests (both conditions: real imbalance, not noise).",
+    )
+    session_idle_s: float = Field(
+        default=30.0, ge=0.0,
+        description="cache_aware: a conversation whose request finished stays counted as load "
+        "on its server for up to this long (it is in a tool call and will come back), so "
+        "affinity is not broken, nor a new group placed, on in-flight counts that dip while "
+        "conversations sit in tools; 0: load is requests in flight only.",
     )
     eviction_s: float = Field(
         default=600.0, gt=0.0,

@@ -113,12 +113,13 @@ class LoadTracker:
         self._where[request_id] = server
         self._load[server] += 1
 
-    def remove(self, server: str, request_id: str) -> None:
-        """Forget a request; ignored if unknown or if it is in flight elsewhere."""
+    def remove(self, server: str, request_id: str) -> bool:
+        """Forget a request; False (and ignored) if unknown or in flight elsewhere."""
         if self._where.get(request_id) != server:
-            return
+            return False
         del self._where[request_id]
         self._load[server] -= 1
+        return True
 
     def load(self, server: str) -> int:
         return self._load[server]
