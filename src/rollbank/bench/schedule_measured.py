@@ -268,6 +268,22 @@ def ablations(report: dict[str, Any]) -> dict[str, dict[str, float]]:
 def from_measured_main(args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.from_measured)
     report = load_measured(path)
+    if getattr(args, "at_size", ""):
+        from rollbank.bench.schedule_predict import parse_size, predict, resize
+
+        g, n, b = parse_size(args.at_size)
+        report = resize(report, g, n, b, slots=args.at_slots, pool=args.at_pool,
+                        spare=args.at_spare, verify_scale=args.verify_scale)
+        pred: dict[str, Any] = {
+            "benchmark": "schedule prediction (virtual time on a measured run's inputs, resized)",
+            "measured": str(path), "engine": report.get("engine"),
+            "at_size": {"groups": g, "group_size": n, "batches": b, "sandbox_slots":
+                        args.at_slots, "pool": args.at_pool, "spare": args.at_spare,
+                        "verify_scale": args.verify_scale},
+            **predict(report, seeds=max(1, args.sweep_seeds))}
+        if args.sweep:
+            pred["sweep"] = sweep(report, seeds=max(1, args.sweep_seeds))
+        return pred
     out: dict[str, Any] = {
         "benchmark": "schedule vs measured (virtual time on a measured run's inputs)",
         "measured": str(path), "command": report.get("command"),
