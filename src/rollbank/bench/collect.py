@@ -28,7 +28,10 @@ are handed over, divided by the number of batches (the multi-batch window); over
 work still running or unconsumed when the window closes is counted as waste (sandbox-slot
 seconds), never hidden. Each arm also carries ``sim_inputs`` (its measured per-attempt costs,
 task sequence, budgets and scheduler config) for ``rollbank bench schedule --from-measured``.
-Each arm reports its lower bound T_LB (same calibrated capacity),
+``--repeats N`` runs the arm list N times, the order rotated each repeat (ABBA for two arms),
+and pairs each arm with its repeat's naive arm, with the host load each saw
+(:mod:`rollbank.bench.collect_compare`): arms run one after the other on a shared host
+otherwise measure the host's load. Each arm reports its lower bound T_LB (same calibrated capacity),
 efficiency T_LB/T, tail share, outcomes, waste and the accepted-vs-pool profile.
 """
 
@@ -44,13 +47,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollbank.bench.collect_compare import (
-    HostLoad,
-    arm_order,
-    compare_arms,
-    paired_comparison,
-    read_load,
-)
+from rollbank.bench import collect_compare as cmp
 
 if TYPE_CHECKING:
     from rollbank.episodes.trajectory import Trajectory
@@ -302,7 +299,7 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.metrics.calibrate import calibrate
     from rollbank.task_selection import select_tasks
 
-    t_bench, load_at_start = time.monotonic(), read_load()
+    t_bench, load_at_start = time.monotonic(), cmp.read_load()
     arms = parse_arms(args.arms)
     configs = {a: arm_config(args, a) for a in arms}
     first = configs[arms[0]]
@@ -332,7 +329,7 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
         report["capacity"] = cap.to_dict()
         runs = []
         for rep in range(args.repeats):
-            order = arm_order(arms, rep)
+            order = cmp.arm_order(arms, rep)
             cfgs = configs if args.repeats == 1 else {
                 a: arm_config(args, a, output=args.out / f"repeat{rep}" / a) for a in order}
             done: dict[str, Any] = {}
@@ -347,10 +344,10 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
         report["arms_note"] = ("arms = repeat 0; every repeat (arm order rotated) is in "
                                "repeats, each arm paired with the same repeat's naive in paired")
         report["repeats"] = runs
-        report["paired"] = paired_comparison(runs)
-    report["comparison"] = compare_arms(report["arms"])
+        report["paired"] = cmp.paired_comparison(runs)
+    report["comparison"] = cmp.compare_arms(report["arms"])
     report["bench_run_s"] = round(time.monotonic() - t_bench, 1)
-    report["host_load_1m_start_end"] = [load_at_start, read_load()]
+    report["host_load_1m_start_end"] = [load_at_start, cmp.read_load()]
     return report
 
 
@@ -369,7 +366,7 @@ async def _run_arm(args: argparse.Namespace, arm: str, cfg: Any, plane: Any, cap
     t_setup = time.monotonic()
     try:
         async with contextlib.AsyncExitStack() as stack:
-            host = await stack.enter_async_context(HostLoad())
+            host = await stack.enter_async_context(cmp.HostLoad())
             sandboxes = await stack.enter_async_context(open_sandboxes(
                 cfg.sandbox, tasks, prepare=tasks_to_prepare(cfg, tasks)))
             setup = time.monotonic() - t_setup
