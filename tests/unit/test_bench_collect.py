@@ -11,12 +11,12 @@ import pytest
 from rollbank.bench.collect import (
     ARMS,
     DEFAULT_ARMS,
-    _compare,
     _quick,
     add_arguments,
     arm_config,
     parse_arms,
 )
+from rollbank.bench.collect_compare import compare_arms as _compare
 from rollbank.errors import UsageError
 
 

@@ -169,3 +169,15 @@ def test_verifier_slot_wait_is_not_a_cost_only_free_gap_time_and_the_tail_are() 
                                    verifier_slots=1)
     assert costs.close_s == pytest.approx(0.1 + 0.7)  # not 0.7 + the median gap (4.1 s)
     assert costs.verify_s == pytest.approx(2.0)
+
+
+def test_interleaved_runs_are_compared_repeat_by_repeat_on_their_own_inputs() -> None:
+    from rollbank.bench.schedule_measured import per_repeat
+
+    quiet, loaded = _report(10.0, ArmCosts(verify_s=0.3)), _report(10.0, ArmCosts(verify_s=30.0))
+    report = {**quiet, "repeats": [{"repeat": 0, "order": ["naive"], "arms": quiet["arms"]},
+                                   {"repeat": 1, "order": ["naive"], "arms": loaded["arms"]}]}
+    rows = per_repeat(report)
+    assert [r["repeat"] for r in rows] == [0, 1] and rows[1]["order"] == ["naive"]
+    sims = [r["arms"]["naive"]["simulated_s"] for r in rows]
+    assert sims[1] - sims[0] == pytest.approx(29.7, abs=0.05)  # repeat 1's own verifier cost

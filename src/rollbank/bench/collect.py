@@ -28,7 +28,10 @@ are handed over, divided by the number of batches (the multi-batch window); over
 work still running or unconsumed when the window closes is counted as waste (sandbox-slot
 seconds), never hidden. Each arm also carries ``sim_inputs`` (its measured per-attempt costs,
 task sequence, budgets and scheduler config) for ``rollbank bench schedule --from-measured``.
-Each arm reports its lower bound T_LB (same calibrated capacity),
+``--repeats N`` runs the arm list N times, the order rotated each repeat (ABBA for two arms),
+and pairs each arm with its repeat's naive arm, with the host load each saw
+(:mod:`rollbank.bench.collect_compare`): arms run one after the other on a shared host
+otherwise measure the host's load. Each arm reports its lower bound T_LB (same calibrated capacity),
 efficiency T_LB/T, tail share, outcomes, waste and the accepted-vs-pool profile.
 """
 
@@ -43,6 +46,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from rollbank.bench import collect_compare as cmp
 
 if TYPE_CHECKING:
     from rollbank.episodes.trajectory import Trajectory
@@ -76,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       "-1: no cap). Default: ceil(G/4) with --engine accel-sim (chosen with `bench schedule "
       "--from-measured --sweep`), no cap with vllm")
     a("--batches", type=int, default=2, help="batches per arm (the measurement window)")
+    a("--repeats", type=int, default=1,
+      help="run the arm list this many times, the order rotated each repeat (two arms, 2 "
+      "repeats: naive, optimized, optimized, naive); each arm is paired with the same "
+      "repeat's naive arm and the host load each arm saw is reported (bench/collect_compare.py)")
     a("--sandbox-slots", type=int, default=256, help="sandboxes at once (every arm)")
     a("--inference-slots", type=int, default=32, help="requests in flight per server (every arm)")
     a("--workload", choices=("trace", "model"), default="trace",
@@ -131,7 +140,7 @@ def _quick(args: argparse.Namespace) -> None:
     args.trace = ["turns_median=3", "tool_latency_median_s=0.3", *args.trace]
 
 
-def arm_config(args: argparse.Namespace, arm: str) -> Any:
+def arm_config(args: argparse.Namespace, arm: str, output: Path | None = None) -> Any:
     from rollbank.collect_config import load_collect_config
 
     lv = ARMS[arm]
@@ -139,7 +148,7 @@ def arm_config(args: argparse.Namespace, arm: str) -> Any:
         "tasks": args.tasks,
         "exclude_costs": [c for c in args.exclude_costs.split(",") if c],
         "task_order_seed": args.seed,
-        "output": str(args.out / arm),
+        "output": str(output or args.out / arm),
         # arms compare time to a batch of G groups: no arm holds zero-variance groups back
         "scheduler.bank.dynamic_sampling.enabled": False,
         "runner.max_turns": args.max_turns,
@@ -286,16 +295,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
-    import contextlib
-
-    from rollbank.bench.sim_inputs import collect_arm_inputs
-    from rollbank.collector import collect
-    from rollbank.episodes.sandboxes import open_sandboxes
     from rollbank.inference_plane import open_inference
     from rollbank.metrics.calibrate import calibrate
-    from rollbank.task_selection import select_tasks, tasks_to_prepare
+    from rollbank.task_selection import select_tasks
 
-    t_bench = time.monotonic()
+    t_bench, load_at_start = time.monotonic(), cmp.read_load()
     arms = parse_arms(args.arms)
     configs = {a: arm_config(args, a) for a in arms}
     first = configs[arms[0]]
@@ -323,27 +327,56 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
                               vocab_size=plane.vocab_size,
                               verifier_slots=first.runner.verifier_slots or os.cpu_count())
         report["capacity"] = cap.to_dict()
-        for arm in arms:
-            cfg = configs[arm]
-            await plane.reset_caches()
-            t_setup = time.monotonic()
-            try:
-                async with contextlib.AsyncExitStack() as stack:
-                    sandboxes = await stack.enter_async_context(open_sandboxes(
-                        cfg.sandbox, tasks, prepare=tasks_to_prepare(cfg, tasks)))
-                    setup = time.monotonic() - t_setup
-                    result = await collect(
-                        cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
-                        out_dir=Path(cfg.output), capacity=cap, setup_s=setup)
-                report["arms"][arm] = {"levers": ARMS[arm], **_arm_report(result, setup),
-                                       "sim_inputs": collect_arm_inputs(
-                                           cfg, tasks, accel_profile=args.accelsim_profile
-                                           if args.engine == "accel-sim" else None)}
-            except Exception as exc:  # one broken arm must not hide the others' numbers
-                report["arms"][arm] = {"levers": ARMS[arm], "error": f"{type(exc).__name__}: {exc}"}
-    report["comparison"] = _compare(report["arms"])
+        runs = []
+        for rep in range(args.repeats):
+            order = cmp.arm_order(arms, rep)
+            cfgs = configs if args.repeats == 1 else {
+                a: arm_config(args, a, output=args.out / f"repeat{rep}" / a) for a in order}
+            done: dict[str, Any] = {}
+            runs.append({"repeat": rep, "order": order, "arms": done})
+            for arm in order:  # each arm's numbers on disk as soon as it ends
+                done[arm] = await _run_arm(args, arm, cfgs[arm], plane, cap, tasks)
+                args.out.mkdir(parents=True, exist_ok=True)
+                (args.out / "bench.partial.json").write_text(json.dumps(
+                    {**report, "repeats": runs}, default=str))
+    report["arms"] = runs[0]["arms"]
+    if args.repeats > 1:
+        report["arms_note"] = ("arms = repeat 0; every repeat (arm order rotated) is in "
+                               "repeats, each arm paired with the same repeat's naive in paired")
+        report["repeats"] = runs
+        report["paired"] = cmp.paired_comparison(runs)
+    report["comparison"] = cmp.compare_arms(report["arms"])
     report["bench_run_s"] = round(time.monotonic() - t_bench, 1)
+    report["host_load_1m_start_end"] = [load_at_start, cmp.read_load()]
     return report
+
+
+async def _run_arm(args: argparse.Namespace, arm: str, cfg: Any, plane: Any, cap: Any,
+                   tasks: Sequence[Any]) -> dict[str, Any]:
+    """One arm on the shared servers (caches reset first), its host load sampled meanwhile;
+    a broken arm is reported as an error, never hides the others' numbers."""
+    import contextlib
+
+    from rollbank.bench.sim_inputs import collect_arm_inputs
+    from rollbank.collector import collect
+    from rollbank.episodes.sandboxes import open_sandboxes
+    from rollbank.task_selection import tasks_to_prepare
+
+    await plane.reset_caches()
+    t_setup = time.monotonic()
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            host = await stack.enter_async_context(cmp.HostLoad())
+            sandboxes = await stack.enter_async_context(open_sandboxes(
+                cfg.sandbox, tasks, prepare=tasks_to_prepare(cfg, tasks)))
+            setup = time.monotonic() - t_setup
+            result = await collect(cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
+                                   out_dir=Path(cfg.output), capacity=cap, setup_s=setup)
+        return {"levers": ARMS[arm], **_arm_report(result, setup), "host": host.to_dict(),
+                "sim_inputs": collect_arm_inputs(cfg, tasks, accel_profile=args.accelsim_profile
+                                                 if args.engine == "accel-sim" else None)}
+    except Exception as exc:
+        return {"levers": ARMS[arm], "error": f"{type(exc).__name__}: {exc}"}
 
 
 def parse_arms(text: str) -> list[str]:
@@ -356,35 +389,6 @@ def parse_arms(text: str) -> list[str]:
         raise UsageError(f"--arms {text}: unknown arm(s) {', '.join(unknown) or '(none given)'}; "
                          f"choose from {', '.join(ARMS)}")
     return arms
-
-
-def _compare(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    base = arms.get("naive", {}).get("time_per_batch_s")
-    if not base:
-        return {"note": "no naive arm result"}
-    incomplete = [k for k, a in arms.items()
-                  if "error" in a or a.get("complete_batches") != len(a.get("batch_times_s", []))]
-    out: dict[str, Any] = {"naive_s": round(base, 2), "arms_with_incomplete_batches": incomplete}
-    if incomplete:
-        out["warning"] = ("some arm handed over batches with fewer than G groups (groups "
-                          "dropped for infra failures): its time is not comparable")
-    for name, arm in arms.items():
-        t = arm.get("time_per_batch_s")
-        if name == "naive" or not t:
-            continue
-        out[name] = {"time_s": round(t, 2), "ratio_vs_naive": round(t / base, 3),
-                     "reduction_pct": round(100 * (1 - t / base), 1),
-                     "saved_s": round(base - t, 2)}
-    opt = arms.get("optimized", {}).get("time_per_batch_s")
-    if opt:
-        out["headline_ratio"] = round(opt / base, 3)
-        out["headline_reduction_pct"] = round(100 * (1 - opt / base), 1)
-        single = {k: base - arms[k]["time_per_batch_s"] for k in ("routing", "sandboxes", "bank")
-                  if arms.get(k, {}).get("time_per_batch_s")}
-        total = base - opt
-        if single and total > 0:
-            out["lever_share_of_total_saving"] = {k: round(v / total, 3) for k, v in single.items()}
-    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -90,6 +90,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       "and the straggler policy on the same inputs (time, ratio vs naive, waste)")
     a("--sweep-seeds", type=int, default=1,
       help="with --sweep: also the median and worst over this many scheduler seeds")
+    a("--at-size", default="", metavar="G,N,B",
+      help="with --from-measured: predict every arm at G groups of N, a B-batch window, on "
+      "the measured inputs (rollbank.bench.schedule_predict); --sweep then runs at that size")
+    a("--at-slots", type=int, default=None, help="with --at-size: sandbox slots")
+    a("--at-pool", type=int, default=None, help="with --at-size: bank arms' G' (default 2 G)")
+    a("--at-spare", type=int, default=None,
+      help="with --at-size: bank arms' launch cap = B x G + this (default ceil(G/4))")
+    a("--verify-scale", type=float, default=1.0,
+      help="with --at-size: multiply every arm's measured verifier run by this")
 
 
 def _workload(args: argparse.Namespace, seed: int) -> TraceWorkload:

@@ -9,6 +9,9 @@ latency profile (accelsim, :func:`~rollbank.bench.sim_inputs.sim_profile`, serve
 The JSON reports per arm the simulated and measured time per batch and batch times, the
 error ``(simulated - measured) / measured``, launched attempts and waste.
 
+A ``--repeats N`` FILE (arms interleaved, :mod:`rollbank.bench.collect_compare`) is compared
+repeat by repeat (``repeats``: each repeat's arms on their own inputs, with the order they ran).
+
 The inputs come from the arm's ``sim_inputs`` in FILE (written by ``bench collect`` since
 this module exists) or, for an older FILE, from the arm's output directory if it still exists.
 
@@ -265,6 +268,22 @@ def ablations(report: dict[str, Any]) -> dict[str, dict[str, float]]:
 def from_measured_main(args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.from_measured)
     report = load_measured(path)
+    if getattr(args, "at_size", ""):
+        from rollbank.bench.schedule_predict import parse_size, predict, resize
+
+        g, n, b = parse_size(args.at_size)
+        report = resize(report, g, n, b, slots=args.at_slots, pool=args.at_pool,
+                        spare=args.at_spare, verify_scale=args.verify_scale)
+        pred: dict[str, Any] = {
+            "benchmark": "schedule prediction (virtual time on a measured run's inputs, resized)",
+            "measured": str(path), "engine": report.get("engine"),
+            "at_size": {"groups": g, "group_size": n, "batches": b, "sandbox_slots":
+                        args.at_slots, "pool": args.at_pool, "spare": args.at_spare,
+                        "verify_scale": args.verify_scale},
+            **predict(report, seeds=max(1, args.sweep_seeds))}
+        if args.sweep:
+            pred["sweep"] = sweep(report, seeds=max(1, args.sweep_seeds))
+        return pred
     out: dict[str, Any] = {
         "benchmark": "schedule vs measured (virtual time on a measured run's inputs)",
         "measured": str(path), "command": report.get("command"),
@@ -272,6 +291,21 @@ def from_measured_main(args: argparse.Namespace) -> dict[str, Any]:
         **compare(report),
         "error_without": ablations(report),
     }
+    if report.get("repeats"):
+        out["repeats"] = per_repeat(report)
     if args.sweep:
         out["sweep"] = sweep(report, seeds=max(1, args.sweep_seeds))
+    return out
+
+
+def per_repeat(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """``bench collect --repeats N``: every repeat's arms simulated on their own measured
+    inputs (each repeat's costs are the host as that repeat saw it), with the order they ran
+    in; ``arms`` at the top level are repeat 0's."""
+    out = []
+    for rep in report["repeats"]:
+        arms = {k: a for k, a in rep.get("arms", {}).items() if "sim_inputs" in a
+                and "error" not in a and "error" not in a["sim_inputs"]}
+        out.append({"repeat": rep.get("repeat"), "order": rep.get("order"),
+                    **compare({**report, "arms": arms})})
     return out
