@@ -41,8 +41,8 @@ def test_expected_solve_rate_is_the_product_of_next_token_probabilities(codec: T
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    model: Any = AutoModelForCausalLM.from_pretrained(str(ensure_model("tiny")),
-                                                      dtype=torch.float32).eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(str(ensure_model("tiny")), dtype=torch.float32)
+    model.eval()
     got = expected_solve_rates(model, codec, TASKS, max_new_tokens=12)
     for task, p in zip(TASKS, got, strict=True):
         prompt = codec.prompt_ids(task.prompt)
