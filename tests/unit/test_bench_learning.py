@@ -97,7 +97,8 @@ def test_aggregate_across_seeds_pairs_each_arm_with_sync_of_its_seed() -> None:
 
 def test_merged_runs_must_have_the_same_settings(tmp_path: Path) -> None:
     settings = {"steps": 3, "prompts": 2, "group_size": 2, "lr": 1e-3, "max_new_tokens": 4,
-                "eval_every": 1, "eval_size": 8, "tis_cap": 2.0}
+                "eval_every": 1, "eval_size": 8, "tis_cap": 2.0, "levels": [1],
+                "eval_metric": "expected"}
     warm = {"base": "tiny", "steps": 20, "batch": 64, "lr": 3e-3, "seed": 0}
     old = [_seeded("sync", 0, 0, [0.1]), _seeded("gated", 4, 0, [0.1]),
            _seeded("ungated", 4, 0, [0.1]), _seeded("sync", 0, 1, [0.2])]
@@ -111,6 +112,23 @@ def test_merged_runs_must_have_the_same_settings(tmp_path: Path) -> None:
         merged_arms([p], settings, 8, warm, {"sync"}, set())
     with pytest.raises(ValueError, match=r"warmup\.steps"):
         merged_arms([p], settings, 4, warm | {"steps": 300}, {"sync"}, set())
+    with pytest.raises(ValueError, match="levels"):
+        merged_arms([p], settings | {"levels": [1, 2]}, 4, warm, {"sync"}, set())
+    with pytest.raises(ValueError, match="eval_metric"):
+        merged_arms([p], settings | {"eval_metric": "sampled"}, 4, warm, {"sync"}, set())
+
+
+def test_runs_written_before_levels_and_eval_metric_count_as_all_levels_sampled(tmp_path: Path) -> None:
+    legacy = {"steps": 3, "prompts": 2, "group_size": 2, "lr": 1e-3, "max_new_tokens": 4,
+              "eval_every": 1, "eval_size": 8, "tis_cap": 2.0}
+    warm = {"base": "tiny", "steps": 20, "batch": 64, "lr": 3e-3, "seed": 0}
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps({"settings": legacy | {"lag": 4}, "warmup": warm,
+                             "arms": [_seeded("sync", 0, 0, [0.1])]}))
+    now = legacy | {"levels": [1, 2, 3], "eval_metric": "sampled"}
+    assert len(merged_arms([p], now, 4, warm, {"sync"}, set())) == 1
+    with pytest.raises(ValueError, match="levels"):
+        merged_arms([p], now | {"levels": [1]}, 4, warm, {"sync"}, set())
 
 
 def test_arms_option_selects_a_subset_and_always_keeps_sync() -> None:
@@ -125,3 +143,18 @@ def test_arms_option_selects_a_subset_and_always_keeps_sync() -> None:
     assert [a["name"] for a in plan(parser.parse_args([]))[0]] == ["sync", "gated", "ungated"]
     with pytest.raises(ValueError, match="unknown"):
         plan(parser.parse_args(["--arms", "sync,fast"]))
+
+
+def test_default_setting_is_level_1_with_the_expected_eval_and_quick_stays_small() -> None:
+    import argparse
+
+    from rollbank.bench.learning.command import LR, STEPS, add_arguments, plan
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    _, s = plan(parser.parse_args([]))
+    assert (s["levels"], s["eval_metric"], s["lr"], s["steps"]) == ([1], "expected", LR, STEPS)
+    _, q = plan(parser.parse_args(["--quick"]))
+    assert (q["steps"], q["prompts"], q["group_size"], q["eval_size"]) == (3, 4, 4, 16)
+    _, m = plan(parser.parse_args(["--levels", "1,2,3", "--eval-metric", "sampled"]))
+    assert (m["levels"], m["eval_metric"]) == ([1, 2, 3], "sampled")

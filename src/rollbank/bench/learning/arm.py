@@ -36,6 +36,7 @@ from rollbank.bench.learning.policy import (
     TextCodec,
     VersionStore,
     behaviour_logprobs,
+    expected_solve_rates,
     sample,
     to_batch,
 )
@@ -68,6 +69,8 @@ class Settings:
     seed: int
     threads: int
     tis_cap: float = 2.0
+    levels: tuple[int, ...] = (1, 2, 3)  # task levels of the training prompts and the eval set
+    eval_metric: str = "sampled"  # "sampled": one sample per eval task; "expected": its probability
 
 
 def _record_divergence(scoring: RecomputeScoring) -> dict[str, Any]:
@@ -100,7 +103,7 @@ class ArmRunner:
         self.store.publish(0, self.trainer.model)
         self.gate = StalenessGate(self.staleness.gate)
         self.counters = GateCounters()
-        self._eval = eval_tasks(settings.eval_size)
+        self._eval = eval_tasks(settings.eval_size, tuple(settings.levels))
 
     # ------------------------------------------------------------ pieces
     def _sample(self, tasks: Sequence[AdditionTask], version: int, seed: int) -> list[Sample]:
@@ -149,11 +152,21 @@ class ArmRunner:
                 _record_divergence(scoring))
 
     def evaluate(self, version: int) -> dict[str, Any]:
+        """Eval of ``version`` on the fixed task set: ``sampled_solve_rate`` (one sample per
+        task, fixed seed), ``expected_solve_rate`` (mean probability of the canonical correct
+        completion, no sampling noise) and ``solve_rate``, the one ``eval_metric`` names (the
+        curves, ``auc`` and the verdict use it); ``by_level`` for the same metric."""
+        model = self.store.get(version)
         samples = self._sample(self._eval, version, 10_000_019)
+        expected = expected_solve_rates(model, self.codec, self._eval,
+                                        max_new_tokens=self.s.max_new_tokens)
+        chosen = expected if self.s.eval_metric == "expected" else [x.reward for x in samples]
         by: dict[int, list[float]] = {}
-        for x in samples:
-            by.setdefault(x.task.level, []).append(x.reward)
-        return {"version": version, "solve_rate": sum(x.reward for x in samples) / len(samples),
+        for task, v in zip(self._eval, chosen, strict=True):
+            by.setdefault(task.level, []).append(v)
+        sampled = sum(x.reward for x in samples) / len(samples)
+        return {"version": version, "solve_rate": sum(chosen) / len(chosen),
+                "sampled_solve_rate": sampled, "expected_solve_rate": sum(expected) / len(expected),
                 "by_level": {str(k): sum(v) / len(v) for k, v in sorted(by.items())}}
 
     # ------------------------------------------------------------ the loop
@@ -166,7 +179,8 @@ class ArmRunner:
         for step in range(s.steps):
             t0 = time.perf_counter()
             seed = hash((s.seed, step)) & 0x7FFFFFFF
-            tasks = [t for t in step_tasks(s.seed, step, s.prompts) for _ in range(s.group_size)]
+            tasks = [t for t in step_tasks(s.seed, step, s.prompts, tuple(s.levels))
+                     for _ in range(s.group_size)]
             behaviour = max(0, step - spec.lag)
             samples = self._sample(tasks, behaviour, seed)
             batch = self._batch(samples, step)

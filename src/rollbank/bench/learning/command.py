@@ -26,13 +26,16 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+STEPS = 60  # the default setting, chosen by docs/learning.md "Finding a setting where sync learns"
+LR = 3e-4
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a few steps per arm (smoke test)")
-    parser.add_argument("--steps", type=int, default=60, help="optimizer steps per arm")
+    parser.add_argument("--steps", type=int, default=STEPS, help="optimizer steps per arm")
     parser.add_argument("--prompts", type=int, default=8, help="groups (prompts) per step")
     parser.add_argument("--group-size", type=int, default=8, help="attempts per prompt")
-    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (full fine-tuning)")
+    parser.add_argument("--lr", type=float, default=LR, help="AdamW learning rate (full fine-tuning)")
     parser.add_argument("--lag", type=int, default=4, help="version lag of both async arms")
     parser.add_argument("--sweep-lags", default="", help="comma-separated extra lags for ungated arms")
     parser.add_argument("--seeds", default="0",
@@ -42,8 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated subset of sync,gated,ungated to run (sync is always run: "
                              "the gaps are taken against it); the --sweep-lags arms are extra")
     parser.add_argument("--warmup-steps", type=int, default=300, help="supervised warm-up steps")
-    parser.add_argument("--eval-every", type=int, default=5, help="steps between evaluations")
-    parser.add_argument("--eval-size", type=int, default=128, help="tasks in the eval set")
+    parser.add_argument("--eval-every", type=int, default=10, help="steps between evaluations")
+    parser.add_argument("--eval-size", type=int, default=256, help="tasks in the eval set")
+    parser.add_argument("--eval-metric", choices=("expected", "sampled"), default="expected",
+                        help="the eval score the curves and the verdict use: expected = mean probability "
+                        "of the correct completion (no sampling noise), sampled = one sample per task")
+    parser.add_argument("--levels", default=None,
+                        help="task levels, comma-separated (default 1 in-process, 1,2,3 with --engine vllm)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="completion token budget (default 12 in-process, 16 with vLLM)")
     parser.add_argument("--tis-cap", type=float, default=2.0, help="token TIS cap C of the gated arm")
@@ -65,7 +73,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="vllm: weight publication pattern (lora trains a LoRA adapter)")
     real.add_argument("--gated", action="store_true",
                       help="vllm: the divergence gate in collection + token TIS in the loss")
-    real.add_argument("--levels", default="1,2,3", help="vllm: task levels (comma-separated)")
     real.add_argument("--pool-size", type=int, default=400,
                       help="vllm: distinct training tasks (task folders; none in the eval set)")
     real.add_argument("--eval-samples", type=int, default=4,
@@ -115,7 +122,7 @@ def plan(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]
         "group_size": 4 if args.quick else args.group_size, "lr": args.lr,
         "max_new_tokens": 12 if args.max_new_tokens is None else args.max_new_tokens, "eval_every": 1 if args.quick else args.eval_every,
         "eval_size": 16 if args.quick else args.eval_size, "threads": args.threads,
-        "tis_cap": args.tis_cap,
+        "tis_cap": args.tis_cap, "levels": _ints(args.levels or "1"), "eval_metric": args.eval_metric,
     }
     return arms, settings
 
@@ -126,7 +133,8 @@ def lag_of(arms: list[dict[str, Any]]) -> int:
 
 
 _SAME = ("steps", "prompts", "group_size", "lr", "max_new_tokens", "eval_every", "eval_size",
-         "tis_cap")
+         "tis_cap", "levels", "eval_metric")
+_LEGACY = {"levels": [1, 2, 3], "eval_metric": "sampled"}  # runs written before these settings
 
 
 def merged_arms(paths: list[Path], settings: dict[str, Any], lag: int, warm: dict[str, Any],
@@ -137,6 +145,7 @@ def merged_arms(paths: list[Path], settings: dict[str, Any], lag: int, warm: dic
     for p in paths:
         doc = json.loads(p.read_text())
         old = doc["settings"]
+        old = _LEGACY | old
         diff = {k: (old.get(k), settings[k]) for k in _SAME if old.get(k) != settings[k]}
         if old.get("lag") != lag:
             diff["lag"] = (old.get("lag"), lag)
@@ -208,6 +217,8 @@ def vllm_args(args: argparse.Namespace) -> argparse.Namespace:
     args.seed = (_ints(args.seeds) or [0])[0]
     if args.max_new_tokens is None:
         args.max_new_tokens = 16
+    if args.levels is None:
+        args.levels = "1,2,3"
     if args.quick:
         args.steps, args.prompts, args.group_size = 2, 2, 4
         args.eval_size, args.eval_samples, args.pool_size, args.eval_every = 16, 1, 16, 1

@@ -145,3 +145,26 @@ def behaviour_logprobs(store: VersionStore, batch: TensorBatch, versions: Sequen
             select=batch.loss_mask[rows], temperature=temperature,
         )
     return out
+
+
+def canonical_completion(codec: TextCodec, task: AdditionTask, max_new_tokens: int) -> list[int]:
+    """The token ids the sampler emits when it writes the correct action the way the warm-up
+    taught it (the action's tokens, then EOS), cut at ``max_new_tokens`` like a sample."""
+    return [*codec.ids(task.action), EOS][:max_new_tokens]
+
+
+@torch.no_grad()
+def expected_solve_rates(model: Any, codec: TextCodec, tasks: Sequence[AdditionTask], *,
+                         max_new_tokens: int, temperature: float = 1.0) -> list[float]:
+    """Per task, the probability that one sample at ``temperature`` is the canonical correct
+    completion (:func:`canonical_completion`): the expected reward of one attempt without
+    sampling noise, up to other spellings of the right answer (a lower bound; measured: 121 of
+    122 sampled successes of the warmed-up model were canonical)."""
+    rows = [Sample(t, tuple(codec.prompt_ids(t.prompt)),
+                   tuple(canonical_completion(codec, t, max_new_tokens)), 0, 1.0, "")
+            for t in tasks]
+    n = len(rows)
+    batch = to_batch(rows, [0.0] * n, list(range(n)), [str(i) for i in range(n)])
+    lp = token_logprobs(model, batch.input_ids, batch.attention_mask, select=batch.loss_mask,
+                        temperature=temperature)
+    return [float(v) for v in torch.exp((lp * batch.loss_mask).sum(dim=1))]
