@@ -93,6 +93,17 @@ def close(a: list[float], b: list[float]) -> bool:
     return bool(np.allclose(a, b, atol=2e-3))
 
 
+
+async def _until_decoding(client: VLLMClient, before: float) -> None:
+    """Wait until the engine has generated 8 tokens past ``before`` (a request is decoding)."""
+    import asyncio
+
+    while True:
+        if (await client.metrics()).generation_tokens >= before + 8:
+            return
+        await asyncio.sleep(0.05)
+
+
 async def test_direct_transfer_serves_exactly_the_new_weights_then_restores(client: VLLMClient) -> None:
     base = base_state()
     before = await greedy(client, "d0")
@@ -184,10 +195,7 @@ async def test_lora_abort_plan_ends_the_old_adapters_requests_without_pausing(
     req = GenerateRequest("old-adapter", [11, 12, 13], SamplingParams(max_tokens=1500, min_tokens=1500))
     before = (await client.metrics()).generation_tokens
     task = asyncio.create_task(client.generate(req))
-    while True:  # until it is decoding
-        if (await client.metrics()).generation_tokens >= before + 8:
-            break
-        await asyncio.sleep(0.05)
+    await _until_decoding(client, before)
     rec = await pub.publish(WeightUpdate(path=str(adapter), lora=True), version=v0 + 1)
     r = await task
     assert r.finish_reason == "abort" and 8 <= len(r.token_ids) < 1500
@@ -211,10 +219,7 @@ async def test_a_request_spanning_a_pause_plan_publication_carries_both_versions
         req = GenerateRequest("span", [11, 12, 13], SamplingParams(max_tokens=300, min_tokens=300))
         before = (await client.metrics()).generation_tokens
         task = asyncio.create_task(client.generate(req))
-        while True:  # until it is decoding
-            if (await client.metrics()).generation_tokens >= before + 8:
-                break
-            await asyncio.sleep(0.05)
+        await _until_decoding(client, before)
         assert not task.done()
         rec = await pub.publish(WeightUpdate(tensors=perturbed(base, seed=9)), version=v0 + 1)
         r = await task

@@ -199,10 +199,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                     by[pattern].append(d)
                     await asyncio.sleep(0.3 if k % 2 else 0.1)
             finally:
-                stop.set()
-                for t in loops:
-                    t.cancel()
-                await asyncio.gather(*loops, return_exceptions=True)
+                await _stop_load(stop, loops)
             return {f"{p}/{plan_i}": {"pattern": p, "plan": plan_i, "update": "lora", "interleaved": True,
                                       "loadavg": {"start": load_start, "end": _loadavg()},
                                       **summarize(r), "records": r} for p, r in by.items()}
@@ -255,10 +252,7 @@ async def _remote(args: argparse.Namespace, patterns: list[str], plans: list[str
                         records.append(d)
                         await asyncio.sleep(0.3 if k % 2 else 0.1)
                 finally:
-                    stop.set()
-                    for t in loops:
-                        t.cancel()
-                    await asyncio.gather(*loops, return_exceptions=True)
+                    await _stop_load(stop, loops)
                     await pub.aclose()
                 lora_name[0] = None
                 client.salt_by_version = False
@@ -277,6 +271,14 @@ def lora_variant(fleet: Any, pattern: str) -> None:
     fleet.abort_only = fleet.plan == "abort" and pattern == "lora"
     fleet.reset_cache = pattern == "lora-reset"
 
+
+
+async def _stop_load(stop: asyncio.Event, loops: list[asyncio.Task[None]]) -> None:
+    """End the generation-load loops a measurement ran beside."""
+    stop.set()
+    for t in loops:
+        t.cancel()
+    await asyncio.gather(*loops, return_exceptions=True)
 
 def _loadavg() -> list[float]:
     import os
