@@ -46,3 +46,23 @@ def test_closed_pipe_is_not_a_traceback() -> None:
         shell=True, capture_output=True, text=True, env=env, check=False,
     )
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_main_runs_off_the_main_thread(tmp_path: Path) -> None:
+    """Library callers (and tests) run the CLI in a worker thread, where Python refuses to
+    install signal handlers: the SIGTERM handler is the main thread's business only."""
+    import threading
+
+    codes: list[int] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            codes.append(main(["replay", str(tmp_path / "missing.json")]))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    assert errors == [] and codes == [2]  # a missing file named on the command line: usage

@@ -21,6 +21,7 @@ import importlib
 import os
 import re
 import signal
+import threading
 import sys
 from collections.abc import Sequence
 from types import FrameType
@@ -98,14 +99,17 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is signal.SIG_DFL:
+    # Python installs signal handlers from the main thread only; a caller that runs the CLI
+    # in a worker thread keeps its own SIGTERM handling.
+    install = (threading.current_thread() is threading.main_thread()
+               and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if install:
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _main(argv)
     finally:
-        if previous is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, previous)
+        if install:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _main(argv: Sequence[str] | None) -> int:
