@@ -59,7 +59,7 @@ def test_main_runs_off_the_main_thread(tmp_path: Path) -> None:
     def run() -> None:
         try:
             codes.append(main(["replay", str(tmp_path / "missing.json")]))
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as exc:
             errors.append(exc)
 
     worker = threading.Thread(target=run)

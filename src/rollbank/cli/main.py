@@ -21,8 +21,8 @@ import importlib
 import os
 import re
 import signal
-import threading
 import sys
+import threading
 from collections.abc import Sequence
 from types import FrameType
 
