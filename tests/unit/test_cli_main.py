@@ -93,7 +93,8 @@ def test_serve_waits_for_its_stop_signal_off_the_main_thread() -> None:
 
     async def control() -> None:  # the main thread: SIGTERM ends the wait
         waiting = asyncio.create_task(wait_for_stop_signal())
-        await asyncio.sleep(0)  # handlers installed
+        await asyncio.sleep(0)  # handlers installed (never SIGTERM this test run otherwise)
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
         signal.raise_signal(signal.SIGTERM)
         await asyncio.wait_for(waiting, 60)
 

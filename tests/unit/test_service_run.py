@@ -107,7 +107,8 @@ def test_signals_stop_the_service_from_the_main_thread_only() -> None:
     async def main_loop() -> None:  # control: on the main thread a signal stops the service
         stopped = asyncio.Event()
         undo = stop_on_signals(stopped.set)
-        try:
+        try:  # (never SIGTERM this test run without the handler)
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
             os.kill(os.getpid(), signal.SIGTERM)
             await asyncio.wait_for(stopped.wait(), 60)
         finally:
