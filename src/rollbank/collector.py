@@ -101,8 +101,8 @@ class _Keeping:
 
 def plain_printer(config: CollectConfig) -> Callable[[str], None] | None:
     """Plain ``[rollbank]`` lines on stderr when the run is not on a terminal (else None)."""
-    if config.metrics.live != "auto" or wants_live("auto", sys.stderr):
-        return None
+    if config.metrics.live != "auto" or sys.stderr is None or wants_live("auto", sys.stderr):
+        return None  # (no stderr: print would fall back to stdout)
     return lambda text: print(f"{PREFIX} {text}", file=sys.stderr, flush=True)
 
 

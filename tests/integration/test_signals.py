@@ -75,7 +75,15 @@ def start(command: str, tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[i
             "--set", f"{prefix}sandbox.warm=false",
             "--set", f"{prefix}output={tmp_path / 'out'}"]
     env = dict(os.environ, STAND_IN_PIDS=str(pids))
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # A test command run as a background job of a script (`scripts/test.sh &`) has SIGINT
+    # ignored, and an ignored signal stays ignored across exec: rollbank would never see the
+    # SIGINT sent below (the test hung until its timeout). A handled signal is reset to the
+    # default at exec, so the child starts as from a terminal. (Sync tests: the main thread.)
+    restore = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    finally:
+        signal.signal(signal.SIGINT, restore)
     started = wait_for(lambda: len([p for p in pids.iterdir() if not p.name.startswith(".")]) == 2
                        or proc.poll() is not None, 120)
     assert started and proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""

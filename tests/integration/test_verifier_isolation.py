@@ -7,6 +7,8 @@ Each test plants the agent's change first and checks it is visible to an ordinar
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from rollbank.episodes.probes import CHEATS, probe_built
 from rollbank.episodes.verifier import TOOLCHAIN_PINS, run_oracle, run_verifier
 from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.local.sandbox import LocalSandbox
-from rollbank.sandbox.protocol import SandboxSpec
+from rollbank.sandbox.protocol import Sandbox, SandboxSpec
 from rollbank.tasks.builder import EnvironmentBuilder
 from rollbank.tasks.loader import load_tasks
 
@@ -23,6 +25,17 @@ pytestmark = pytest.mark.integration
 
 TROJAN = ('p="$(command -v pytest)" && printf \'#!/bin/sh\\necho TROJAN\\nexit 0\\n\' > "$p" && '
           'chmod +x "$p"')
+
+
+async def eventually(sb: Sandbox, command: str, ok: Callable[[str], bool]) -> str:
+    """``command``'s stdout once ``ok`` holds for it (a background process of the sandbox
+    got to run on a loaded host), or the last one after a generous bound (~30 s)."""
+    out = ""
+    for _ in range(300):
+        if ok(out := (await sb.exec(command)).stdout):
+            break
+        await asyncio.sleep(0.1)
+    return out
 
 
 async def start(backend: LocalBackend, base: Path) -> LocalSandbox:
@@ -93,7 +106,8 @@ async def test_the_pinned_view_is_private_to_the_pinned_command(backend: LocalBa
                   " sleep 0.05; done' >/dev/null 2>&1 &")
     r = await sb.exec_pinned('sleep 0.3; grep -c TROJAN "$(command -v pytest)"', pins=TOOLCHAIN_PINS)
     assert r.stdout == "0\n"
-    assert "TROJAN" in (await sb.exec("cat /tmp/seen")).stdout  # the service's view
+    seen = await eventually(sb, "cat /tmp/seen", lambda out: "TROJAN" in out)
+    assert "TROJAN" in seen  # the service's view
     r = await sb.exec("ls -A /dev/.rollbank-pristine; umount /dev/.rollbank-pristine 2>&1 || echo denied")
     assert r.stdout.strip().endswith("denied") and "usr" not in r.stdout
 
@@ -150,8 +164,10 @@ async def test_a_leftover_that_keeps_forking_cannot_tamper_with_the_verification
     sb = await backend.start(spec_for(task, EnvironmentBuilder().build(task)))
     assert isinstance(sb, LocalSandbox)
     await sb.exec(HYDRA)
-    alive = await sb.exec("sleep 0.2; cat /logs/verifier/reward.txt; ps -eo args | grep -c hydra")
-    assert alive.stdout.split()[0] == "1" and int(alive.stdout.split()[1]) >= 2  # control
+    alive = await eventually(
+        sb, "cat /logs/verifier/reward.txt 2>/dev/null || echo none; ps -eo args | grep -c hydra",
+        lambda out: out.split()[0] == "1" and int(out.split()[1]) >= 2)
+    assert alive.split()[0] == "1" and int(alive.split()[1]) >= 2  # control
     result = await run_verifier(sb, task, kill_leftovers=not task.services)
     assert result.status.value == "fail" and result.reward == 0.0, result
     left = await sb.exec("ps -eo args | grep -v grep | grep -c hydra")
@@ -171,5 +187,6 @@ async def test_a_live_service_cannot_rewrite_the_tests_or_the_reward(backend: Lo
                   "> /tests/test_outputs.py; sleep 0.01; done' >/dev/null 2>&1 < /dev/null &")
     result = await run_verifier(sb, task, kill_leftovers=False)
     assert result.status.value == "fail" and result.reward == 0.0 and result.pinned, result
-    still = await sb.exec("sleep 0.1; cat /logs/verifier/reward.txt")
-    assert still.stdout == "1\n"  # control: the writer ran all along, in the sandbox's own view
+    # (read until the writer is not between its truncation and its write)
+    still = await eventually(sb, "cat /logs/verifier/reward.txt", lambda out: out == "1\n")
+    assert still == "1\n"  # control: the writer ran all along, in the sandbox's own view

@@ -66,3 +66,36 @@ def test_main_runs_off_the_main_thread(tmp_path: Path) -> None:
     worker.start()
     worker.join()
     assert errors == [] and codes == [2]  # a missing file named on the command line: usage
+
+
+def test_serve_waits_for_its_stop_signal_off_the_main_thread() -> None:
+    """Regression: `rollbank serve` installed its SIGINT/SIGTERM handlers unconditionally;
+    in a worker thread ``add_signal_handler`` raised instead of serving until cancelled."""
+    import asyncio
+    import signal
+    import threading
+
+    from rollbank.cli.serve import wait_for_stop_signal
+
+    async def serve_briefly() -> str:
+        waiting = asyncio.create_task(wait_for_stop_signal())
+        done, _ = await asyncio.wait({waiting}, timeout=0.2)
+        if done:  # it must not end by itself: an error surfaces here
+            return repr(waiting.exception())
+        waiting.cancel()  # how a worker-thread caller stops it
+        return "waiting"
+
+    results: list[str] = []
+    worker = threading.Thread(target=lambda: results.append(asyncio.run(serve_briefly())))
+    worker.start()
+    worker.join()
+    assert results == ["waiting"]
+
+    async def control() -> None:  # the main thread: SIGTERM ends the wait
+        waiting = asyncio.create_task(wait_for_stop_signal())
+        await asyncio.sleep(0)  # handlers installed (never SIGTERM this test run otherwise)
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
+        signal.raise_signal(signal.SIGTERM)
+        await asyncio.wait_for(waiting, 60)
+
+    asyncio.run(control())

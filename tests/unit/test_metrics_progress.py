@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import sys
+
+import pytest
 
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.metrics.progress import PlainProgress, progress_sink, run_summary_lines, wants_live
@@ -97,3 +100,20 @@ def test_held_group_line_says_so() -> None:
     lines = out.getvalue().splitlines()
     assert "group of hello held back (4/4 valid, zero variance;" in lines[0]
     assert "groups 1/2 (task hello, 4/4 valid, reward variance)" in lines[1]  # held not counted
+
+
+def test_no_stderr_or_a_closed_one_is_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: started with file descriptor 2 closed (``2>&-``, some daemon launchers)
+    Python's ``sys.stderr`` is None and ``wants_live`` raised AttributeError; a closed stream
+    raised ValueError. There is no view then, and nothing is written anywhere else."""
+    closed = io.StringIO()
+    closed.close()
+    assert not wants_live("auto", closed) and not wants_live("auto", None)
+    assert progress_sink("auto", total_batches=1, groups_per_batch=2, stream=closed) is None
+    monkeypatch.setattr(sys, "stderr", None)
+    assert progress_sink("auto", total_batches=1, groups_per_batch=2) is None
+    assert progress_sink("on", total_batches=1, groups_per_batch=2) is None
+    from rollbank.collect_config import CollectConfig
+    from rollbank.collector import plain_printer
+
+    assert plain_printer(CollectConfig()) is None  # print(file=None) would write to stdout

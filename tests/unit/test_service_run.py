@@ -12,7 +12,7 @@ from rollbank.clock import MonotonicClock
 from rollbank.errors import ServiceError
 from rollbank.service.hub import CollectorHub
 from rollbank.service.leases import BatchLeases, Lease
-from rollbank.service.run import _until_end, bind
+from rollbank.service.run import _until_end, bind, stop_on_signals
 
 
 def _hub() -> CollectorHub:
@@ -76,3 +76,43 @@ def test_bind_refuses_a_taken_port_with_exit_code_1() -> None:
     free = bind("127.0.0.1", 0)
     assert free.getsockname()[1] > 0
     free.close()
+
+
+def test_signals_stop_the_service_from_the_main_thread_only() -> None:
+    """Regression: the service installed its SIGINT/SIGTERM handlers unconditionally, and
+    ``loop.add_signal_handler`` raises off the main thread ("set_wakeup_fd only works in main
+    thread"): a library caller or a test running the command in a worker thread failed."""
+    import os
+    import signal
+    import threading
+
+    async def worker_loop() -> None:
+        undo = stop_on_signals(lambda: None)  # no handler installed, no error
+        undo()
+
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            asyncio.run(worker_loop())
+        except BaseException as exc:
+            errors.append(exc)
+
+    before = signal.getsignal(signal.SIGTERM)
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert errors == [] and signal.getsignal(signal.SIGTERM) is before
+
+    async def main_loop() -> None:  # control: on the main thread a signal stops the service
+        stopped = asyncio.Event()
+        undo = stop_on_signals(stopped.set)
+        try:  # (never SIGTERM this test run without the handler)
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.wait_for(stopped.wait(), 60)
+        finally:
+            undo()
+
+    asyncio.run(main_loop())
+    assert signal.getsignal(signal.SIGTERM) is before  # handlers removed

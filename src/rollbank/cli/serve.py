@@ -54,8 +54,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, cfg: Any) -> int:
-    import asyncio
-    import signal
     import time
 
     from rollbank.inference.models import load_tokenizer
@@ -95,11 +93,24 @@ async def _serve(args: argparse.Namespace, cfg: Any) -> int:
             if args.exit_after_check:
                 return 0
         print("[rollbank] serving; Ctrl-C to stop", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await wait_for_stop_signal()
         print("[rollbank] stopping servers...", flush=True)
     print("[rollbank] stopped", flush=True)
     return 0
+
+
+async def wait_for_stop_signal() -> None:
+    """Return at SIGINT or SIGTERM. Python installs signal handlers from the main thread only
+    (elsewhere ``add_signal_handler`` raises): a caller running the command in a worker
+    thread keeps its own signal handling and stops it by cancelling."""
+    import asyncio
+    import signal
+    import threading
+
+    stop = asyncio.Event()
+    if threading.current_thread() is not threading.main_thread():
+        await stop.wait()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()  # the handlers stay: a second Ctrl-C does not break the servers' stop

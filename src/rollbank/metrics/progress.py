@@ -107,18 +107,26 @@ def _counts(c: Counter[str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "-"
 
 
-def wants_live(mode: Literal["auto", "on", "off"], stream: TextIO) -> bool:
-    """The rich view on a terminal (or forced), plain lines otherwise."""
-    return mode == "on" or (mode == "auto" and stream.isatty())
+def wants_live(mode: Literal["auto", "on", "off"], stream: TextIO | None) -> bool:
+    """The rich view on a terminal (or forced), plain lines otherwise. No stream (Python's
+    ``sys.stderr`` is None when started with file descriptor 2 closed) or a closed one: no view."""
+    if stream is None:
+        return False
+    try:
+        tty = stream.isatty()
+    except (ValueError, OSError):  # closed
+        return False
+    return mode == "on" or (mode == "auto" and tty)
 
 
 def progress_sink(
     mode: Literal["auto", "on", "off"], *, total_batches: int, groups_per_batch: int,
     stream: TextIO | None = None,
 ) -> ProgressSink | None:
-    """``LiveView`` when ``wants_live``; ``PlainProgress`` for ``auto`` on a non-terminal."""
+    """``LiveView`` when ``wants_live``; ``PlainProgress`` for ``auto`` on a non-terminal;
+    None when off or there is no stream to write to."""
     stream = stream or sys.stderr
-    if mode == "off":
+    if mode == "off" or stream is None or getattr(stream, "closed", False):
         return None
     if wants_live(mode, stream):
         from rollbank.metrics.live import LiveView

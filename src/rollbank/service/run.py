@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -109,10 +110,8 @@ async def _serve(config: ServeCollectorConfig, tasks: list[Task], token: str, so
 
     server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off",
                                     timeout_graceful_shutdown=10))
-    loop = asyncio.get_running_loop()
     stopped = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopped.set)
+    undo = stop_on_signals(stopped.set)
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="rollbank-service-http")
     say(json.dumps({"service": url, "run_id": hub.run_id, "output": str(out)}))
     collecting = asyncio.create_task(_collection(config, tasks, hub, prom, say),
@@ -123,8 +122,7 @@ async def _serve(config: ServeCollectorConfig, tasks: list[Task], token: str, so
         if collecting.done() and not collecting.cancelled():
             failure = collecting.exception()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        undo()
         collecting.cancel()  # no batch is handed over after a stop
         if failure is None:
             await hub.stop()
@@ -159,6 +157,24 @@ def lora_publisher(plane: InferencePlane, publisher: WeightPublisher,
 def _append_line(path: Path, record: dict[str, Any]) -> None:
     with path.open("a") as f:
         f.write(json.dumps(record, default=str) + "\n")
+
+
+def stop_on_signals(stop: Callable[[], None]) -> Callable[[], None]:
+    """SIGINT/SIGTERM call ``stop`` (on the running loop); returns the undo. Python installs
+    signal handlers from the main thread only (elsewhere ``add_signal_handler`` raises): a
+    caller running the command in a worker thread keeps its own signal handling, and the
+    service ends by its other ends."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+
+    def undo() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+    return undo
 
 
 def _write_info(out: Path, info: dict[str, Any]) -> None:

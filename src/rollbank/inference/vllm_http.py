@@ -1,0 +1,134 @@
+"""HTTP transport of the vLLM client: one ``httpx`` connection pool, typed errors, retries.
+
+Owns :class:`VLLMHttp`, the base of :class:`~rollbank.inference.vllm_client.VLLMClient` (and,
+through it, of the SGLang client): every call goes through :meth:`VLLMHttp._send`.
+
+A connect failure (nothing was sent) is retried ``connect_retries`` times, then
+:class:`ServerUnreachableError`. Anything after the request left is never re-sent: a dropped
+connection is :class:`ServerUnreachableError`, a read timeout :class:`InferenceTimeoutError`,
+429/503 :class:`ServerOverloadedError`, 400/404/422 :class:`BadRequestError`, a 500 from a
+dead engine :class:`EngineDeadError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from rollbank.errors import (
+    BadRequestError,
+    EngineDeadError,
+    InferenceError,
+    InferenceTimeoutError,
+    ServerOverloadedError,
+    ServerUnreachableError,
+)
+
+__all__ = ["KEEPALIVE_EXPIRY_S", "VLLMHttp"]
+
+_DEAD_MARKERS = ("enginecore", "engine core", "enginedead", "engine dead", "engine is dead")
+
+
+KEEPALIVE_EXPIRY_S = 2.0
+
+
+class VLLMHttp:
+    """HTTP calls to one server. ``transport`` is the test seam (``httpx.MockTransport``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 5.0,
+        connect_retries: int = 2,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int = 256,
+    ) -> None:
+        self._base_url = base_url.rstrip("/")
+        self.connect_retries = connect_retries
+        self._http = httpx.AsyncClient(
+            base_url=self._base_url,
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            transport=transport,
+            # vLLM's server closes idle keep-alive connections after 5 s
+            # (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); reusing one it is closing fails with "Server
+            # disconnected" after any tool pause of ~5 s. Expire ours first.
+            limits=httpx.Limits(
+                max_connections=max_connections,
+                max_keepalive_connections=64,
+                keepalive_expiry=KEEPALIVE_EXPIRY_S,
+            ),
+        )
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> httpx.Response:
+        """One HTTP call with typed errors; retries only connect failures (nothing sent)."""
+        kwargs: dict[str, Any] = {"json": json, "params": params, "headers": headers}
+        if timeout_s is not None:
+            kwargs["timeout"] = timeout_s
+        attempt = 0
+        while True:
+            try:
+                resp = await self._http.request(method, path, **kwargs)
+                break
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if attempt < self.connect_retries:
+                    attempt += 1
+                    await asyncio.sleep(0.1 * 2**attempt)
+                    continue
+                raise ServerUnreachableError(
+                    f"{method} {path}: cannot connect: {exc}", server=self._base_url, request_id=request_id
+                ) from exc
+            except httpx.TimeoutException as exc:
+                raise InferenceTimeoutError(
+                    f"{method} {path}: timed out ({type(exc).__name__})",
+                    server=self._base_url,
+                    request_id=request_id,
+                ) from exc
+            except httpx.TransportError as exc:
+                raise ServerUnreachableError(
+                    f"{method} {path}: connection lost: {exc!r}", server=self._base_url, request_id=request_id
+                ) from exc
+        if resp.status_code >= 400:
+            await self._raise_for_status(resp, f"{method} {path}", request_id)
+        return resp
+
+    async def _raise_for_status(self, resp: httpx.Response, what: str, request_id: str | None) -> None:
+        code = resp.status_code
+        body = resp.text[:500]
+        msg = f"{what}: HTTP {code}: {body}"
+        kw: dict[str, Any] = {"server": self._base_url, "request_id": request_id}
+        if code in (400, 404, 422):
+            raise BadRequestError(msg, **kw)
+        if any(m in body.lower() for m in _DEAD_MARKERS) or (code >= 500 and not await self.health()):
+            raise EngineDeadError(msg, **kw)
+        if code in (429, 503):
+            raise ServerOverloadedError(msg, **kw)
+        raise InferenceError(msg, **kw)
+
+    async def health(self) -> bool:
+        try:
+            resp = await self._http.get("/health", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
