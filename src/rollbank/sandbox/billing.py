@@ -24,6 +24,21 @@ Design (stated for issue #8, "a host stall cannot bill the model")
   wait is extended by what is left. A host that stalls a command for more than
   ``max_host_stall_s`` (credit in total) ends it as ``host_stalled`` (infra), never as the
   model's timeout.
+- Decided in this order when a wall-clock wait ends (issue #13: the fault soak at load 40-58
+  found CPU-heavy model commands -- ``rm -rf /``, a memory hog, a fork loop -- stopped as
+  ``host_stalled`` although they were running, only slowly):
+  1. billed time reached the timeout -> ``timed_out`` (the model's), whatever else the host
+     also stalled: the stall was credited, the model's own time alone used the step up;
+  2. credit beyond ``max_host_stall_s`` -> measured over the last window of at least
+     :data:`PROGRESS_WINDOW_S` (the command's own CPU time, ``cpu.stat usage_usec``):
+     - the host is not stalling it now (stall under half the window: it sleeps or waits for
+       I/O, billed time runs) -> wait, the billed deadline decides;
+     - it is stalled but still gets CPU (>= :data:`MIN_PROGRESS_CPU_S` in the window):
+       *slowed* by contention, not *stopped* -> wait, the credit keeps growing, up to
+       :data:`SLOWED_STALL_FACTOR` times the cap (then ``host_stalled``: the host is too slow
+       to let the command finish; it is still never billed);
+     - stalled and no CPU at all (a frozen cgroup, every task starved) -> ``host_stalled``.
+     Without a CPU-usage counter (cgroup v1) the cap alone decides, as before.
 """
 
 from __future__ import annotations
@@ -33,6 +48,13 @@ from enum import Enum
 
 #: Never re-check a deadline more often than this (a frozen command would otherwise spin).
 MIN_RECHECK_S = 0.05
+#: Beyond the cap, progress is judged over a window of at least this many wall seconds.
+PROGRESS_WINDOW_S = 1.0
+#: CPU seconds a command must get in that window to count as running (a frozen or fully
+#: starved cgroup gets exactly 0; one runnable task among 100 on one core gets ~10 ms).
+MIN_PROGRESS_CPU_S = 0.002
+#: A command still running beyond the cap is credited up to this many times the cap.
+SLOWED_STALL_FACTOR = 6.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +67,7 @@ class StallReading:
     throttled_s: float = 0.0
     oom_kills: int = 0  # memory-limit kills, cumulative for the sandbox
     pids_hits: int = 0  # process-limit refusals, cumulative for the sandbox
+    cpu_used_s: float | None = None  # CPU time the command's group got (None: not measured)
 
 
 @dataclass(frozen=True)
@@ -86,6 +109,8 @@ class Verdict(Enum):
 class Decision:
     verdict: Verdict
     wait_s: float = 0.0
+    #: the caller keeps its progress-window start (the window was too short to judge)
+    keep_window: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,16 +125,36 @@ class BilledDeadline:
         """Wall seconds to wait before the first check (None: wait for the command only)."""
         return self.timeout_s
 
-    def check(self, now: StallReading) -> Decision:
-        """Called when a wall-clock wait ended with the command still running."""
+    def check(self, now: StallReading, since: StallReading | None = None) -> Decision:
+        """Called when a wall-clock wait ended with the command still running. ``since``:
+        the reading that starts the progress window (the previous check's, unless it asked
+        to keep its window; None: the start)."""
         if self.timeout_s is None:
             return Decision(Verdict.WAIT, 3600.0)  # not reached: no deadline, no checks
         b = bill(self.start, now)
-        if b.stall_s > self.max_host_stall_s:
-            return Decision(Verdict.HOST_STALLED)
         left = self.timeout_s - b.billed_s
-        if left <= 0:
+        if left <= 0:  # the model's own time used the step up; the stall was credited
             return Decision(Verdict.TIMED_OUT)
+        if b.stall_s > self.max_host_stall_s:
+            return self._beyond_cap(b, now, since or self.start, left)
         # re-check no later than the cap could be crossed by a stall that continues
         cap_left = self.max_host_stall_s - b.stall_s
         return Decision(Verdict.WAIT, max(MIN_RECHECK_S, min(left, cap_left + MIN_RECHECK_S)))
+
+    def _beyond_cap(self, b: Bill, now: StallReading, since: StallReading, left: float) -> Decision:
+        """The credit passed the cap: stopped by the host, or only slowed (module doc)."""
+        if now.cpu_used_s is None or since.cpu_used_s is None:
+            return Decision(Verdict.HOST_STALLED)  # no progress counter: the cap decides
+        if b.stall_s > self.max_host_stall_s * SLOWED_STALL_FACTOR:
+            return Decision(Verdict.HOST_STALLED)  # the host is too slow to let it finish
+        window = now.t - since.t
+        if window < PROGRESS_WINDOW_S:
+            return Decision(Verdict.WAIT, max(MIN_RECHECK_S, PROGRESS_WINDOW_S - window),
+                            keep_window=True)
+        w = bill(since, now)
+        wait = max(MIN_RECHECK_S, min(left, PROGRESS_WINDOW_S))
+        if w.stall_s < w.wall_s / 2:  # not stalled now: its own time runs, billed
+            return Decision(Verdict.WAIT, wait)
+        if now.cpu_used_s - since.cpu_used_s >= MIN_PROGRESS_CPU_S:  # slowed, not stopped
+            return Decision(Verdict.WAIT, wait)
+        return Decision(Verdict.HOST_STALLED)

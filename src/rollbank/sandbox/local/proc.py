@@ -56,15 +56,19 @@ async def wait_billed(
     :attr:`Verdict.HOST_STALLED` (``done`` is left running; the caller kills).
     """
     wait = deadline.first_wait()
+    since: StallReading | None = None  # start of the progress window (None: the start)
     while True:
         try:
             await asyncio.wait_for(asyncio.shield(done), wait)
             return None
         except TimeoutError:
-            decision = deadline.check(meter())
+            now = meter()
+            decision = deadline.check(now, since)
             if decision.verdict is not Verdict.WAIT:
                 return decision.verdict
             wait = decision.wait_s
+            if not decision.keep_window:
+                since = now
 
 #: After the process exits, how long to wait for pipes still held by background children.
 PIPE_GRACE_S = 0.05
