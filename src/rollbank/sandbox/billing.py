@@ -39,6 +39,13 @@ Design (stated for issue #8, "a host stall cannot bill the model")
        to let the command finish; it is still never billed);
      - stalled and no CPU at all (a frozen cgroup, every task starved) -> ``host_stalled``.
      Without a CPU-usage counter (cgroup v1) the cap alone decides, as before.
+- The progress window is the time since the previous check (:class:`DeadlineWatch` keeps
+  it), never since the command's start: a command frozen 3 s past a 1 s cap then thawed
+  showed, over its whole life, little stall and some CPU (its start-up) and ran on to a
+  timeout (the real-sandbox test did). So the first check comes when the cap could first be
+  crossed (not at the timeout), every check before the crossing restarts the window, and a
+  first check already beyond the cap starts a fresh window instead of judging the start-up:
+  a frozen command is ``host_stalled`` about one window after its credit passes the cap.
 """
 
 from __future__ import annotations
@@ -122,13 +129,16 @@ class BilledDeadline:
     max_host_stall_s: float
 
     def first_wait(self) -> float | None:
-        """Wall seconds to wait before the first check (None: wait for the command only)."""
-        return self.timeout_s
+        """Wall seconds to wait before the first check (None: wait for the command only):
+        the timeout, or the moment a stall from the start could pass the cap if sooner."""
+        if self.timeout_s is None:
+            return None
+        return min(self.timeout_s, self.max_host_stall_s + MIN_RECHECK_S)
 
     def check(self, now: StallReading, since: StallReading | None = None) -> Decision:
         """Called when a wall-clock wait ended with the command still running. ``since``:
         the reading that starts the progress window (the previous check's, unless it asked
-        to keep its window; None: the start)."""
+        to keep its window; None: no check yet). :class:`DeadlineWatch` keeps it."""
         if self.timeout_s is None:
             return Decision(Verdict.WAIT, 3600.0)  # not reached: no deadline, no checks
         b = bill(self.start, now)
@@ -136,25 +146,49 @@ class BilledDeadline:
         if left <= 0:  # the model's own time used the step up; the stall was credited
             return Decision(Verdict.TIMED_OUT)
         if b.stall_s > self.max_host_stall_s:
-            return self._beyond_cap(b, now, since or self.start, left)
+            return self._beyond_cap(b, now, since, left)
         # re-check no later than the cap could be crossed by a stall that continues
         cap_left = self.max_host_stall_s - b.stall_s
         return Decision(Verdict.WAIT, max(MIN_RECHECK_S, min(left, cap_left + MIN_RECHECK_S)))
 
-    def _beyond_cap(self, b: Bill, now: StallReading, since: StallReading, left: float) -> Decision:
+    def _beyond_cap(
+        self, b: Bill, now: StallReading, since: StallReading | None, left: float
+    ) -> Decision:
         """The credit passed the cap: stopped by the host, or only slowed (module doc)."""
-        if now.cpu_used_s is None or since.cpu_used_s is None:
+        wait = max(MIN_RECHECK_S, min(left, PROGRESS_WINDOW_S))
+        if now.cpu_used_s is None:
             return Decision(Verdict.HOST_STALLED)  # no progress counter: the cap decides
         if b.stall_s > self.max_host_stall_s * SLOWED_STALL_FACTOR:
             return Decision(Verdict.HOST_STALLED)  # the host is too slow to let it finish
+        if since is None:  # no check before: judge a fresh window, not the command's start-up
+            return Decision(Verdict.WAIT, wait)
+        if since.cpu_used_s is None:
+            return Decision(Verdict.HOST_STALLED)
         window = now.t - since.t
-        if window < PROGRESS_WINDOW_S:
+        if window < PROGRESS_WINDOW_S - 1e-6:  # (a wait of exactly one window is one)
             return Decision(Verdict.WAIT, max(MIN_RECHECK_S, PROGRESS_WINDOW_S - window),
                             keep_window=True)
         w = bill(since, now)
-        wait = max(MIN_RECHECK_S, min(left, PROGRESS_WINDOW_S))
         if w.stall_s < w.wall_s / 2:  # not stalled now: its own time runs, billed
             return Decision(Verdict.WAIT, wait)
         if now.cpu_used_s - since.cpu_used_s >= MIN_PROGRESS_CPU_S:  # slowed, not stopped
             return Decision(Verdict.WAIT, wait)
         return Decision(Verdict.HOST_STALLED)
+
+
+@dataclass
+class DeadlineWatch:
+    """The checks of one wait (pure; the driver only sleeps and reads the meter): the
+    deadline plus the start of the current progress window."""
+
+    deadline: BilledDeadline
+    since: StallReading | None = None  # the progress window's start (None: no check yet)
+
+    def first_wait(self) -> float | None:
+        return self.deadline.first_wait()
+
+    def check(self, now: StallReading) -> Decision:
+        decision = self.deadline.check(now, self.since)
+        if not decision.keep_window:
+            self.since = now
+        return decision

@@ -23,7 +23,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rollbank.sandbox.billing import Bill, BilledDeadline, StallReading, Verdict, bill
+from rollbank.sandbox.billing import (
+    Bill,
+    BilledDeadline,
+    DeadlineWatch,
+    StallReading,
+    Verdict,
+    bill,
+)
 from rollbank.sandbox.protocol import TRUNCATION_MARKER
 
 Meter = Callable[[], StallReading]  # reads the command's cgroup counters now
@@ -55,20 +62,17 @@ async def wait_billed(
     Returns None when ``done`` completed, else :attr:`Verdict.TIMED_OUT` or
     :attr:`Verdict.HOST_STALLED` (``done`` is left running; the caller kills).
     """
-    wait = deadline.first_wait()
-    since: StallReading | None = None  # start of the progress window (None: the start)
+    watch = DeadlineWatch(deadline)
+    wait = watch.first_wait()
     while True:
         try:
             await asyncio.wait_for(asyncio.shield(done), wait)
             return None
         except TimeoutError:
-            now = meter()
-            decision = deadline.check(now, since)
+            decision = watch.check(meter())
             if decision.verdict is not Verdict.WAIT:
                 return decision.verdict
             wait = decision.wait_s
-            if not decision.keep_window:
-                since = now
 
 #: After the process exits, how long to wait for pipes still held by background children.
 PIPE_GRACE_S = 0.05
