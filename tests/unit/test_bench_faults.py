@@ -209,3 +209,17 @@ def test_a_sandbox_fault_joins_the_run_it_landed_on() -> None:
         add_span(t, Span("episode", 0.0, 1.0, t.trajectory_id, sandbox=sb))
     assert _run_in([r0, r1], 11, "sbB") is r1
     assert _run_in([r0, r1], 11, "sbC") is None
+
+
+def test_kinds_flag_selects_kinds_and_names_a_wrong_one() -> None:
+    import argparse
+
+    from rollbank.bench.faults import parse_kinds
+    from rollbank.bench.faults.kinds import FaultKind, selected
+
+    got = parse_kinds("model_oom, sandbox_freeze")
+    assert got == (FaultKind.MODEL_OOM, FaultKind.SANDBOX_FREEZE)
+    assert selected(got) == (FaultKind.SANDBOX_FREEZE, FaultKind.MODEL_OOM)  # EXPECT order
+    assert len(selected(None)) == len(FaultKind)
+    with pytest.raises(argparse.ArgumentTypeError, match="model_boom"):
+        parse_kinds("model_boom")

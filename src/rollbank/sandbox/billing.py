@@ -24,6 +24,28 @@ Design (stated for issue #8, "a host stall cannot bill the model")
   wait is extended by what is left. A host that stalls a command for more than
   ``max_host_stall_s`` (credit in total) ends it as ``host_stalled`` (infra), never as the
   model's timeout.
+- Decided in this order when a wall-clock wait ends (issue #13: the fault soak at load 40-58
+  found CPU-heavy model commands -- ``rm -rf /``, a memory hog, a fork loop -- stopped as
+  ``host_stalled`` although they were running, only slowly):
+  1. billed time reached the timeout -> ``timed_out`` (the model's), whatever else the host
+     also stalled: the stall was credited, the model's own time alone used the step up;
+  2. credit beyond ``max_host_stall_s`` -> measured over the last window of at least
+     :data:`PROGRESS_WINDOW_S` (the command's own CPU time, ``cpu.stat usage_usec``):
+     - the host is not stalling it now (stall under half the window: it sleeps or waits for
+       I/O, billed time runs) -> wait, the billed deadline decides;
+     - it is stalled but still gets CPU (>= :data:`MIN_PROGRESS_CPU_S` in the window):
+       *slowed* by contention, not *stopped* -> wait, the credit keeps growing, up to
+       :data:`SLOWED_STALL_FACTOR` times the cap (then ``host_stalled``: the host is too slow
+       to let the command finish; it is still never billed);
+     - stalled and no CPU at all (a frozen cgroup, every task starved) -> ``host_stalled``.
+     Without a CPU-usage counter (cgroup v1) the cap alone decides, as before.
+- The progress window is the time since the previous check (:class:`DeadlineWatch` keeps
+  it), never since the command's start: a command frozen 3 s past a 1 s cap then thawed
+  showed, over its whole life, little stall and some CPU (its start-up) and ran on to a
+  timeout (the real-sandbox test did). So the first check comes when the cap could first be
+  crossed (not at the timeout), every check before the crossing restarts the window, and a
+  first check already beyond the cap starts a fresh window instead of judging the start-up:
+  a frozen command is ``host_stalled`` about one window after its credit passes the cap.
 """
 
 from __future__ import annotations
@@ -33,6 +55,13 @@ from enum import Enum
 
 #: Never re-check a deadline more often than this (a frozen command would otherwise spin).
 MIN_RECHECK_S = 0.05
+#: Beyond the cap, progress is judged over a window of at least this many wall seconds.
+PROGRESS_WINDOW_S = 1.0
+#: CPU seconds a command must get in that window to count as running (a frozen or fully
+#: starved cgroup gets exactly 0; one runnable task among 100 on one core gets ~10 ms).
+MIN_PROGRESS_CPU_S = 0.002
+#: A command still running beyond the cap is credited up to this many times the cap.
+SLOWED_STALL_FACTOR = 6.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +74,7 @@ class StallReading:
     throttled_s: float = 0.0
     oom_kills: int = 0  # memory-limit kills, cumulative for the sandbox
     pids_hits: int = 0  # process-limit refusals, cumulative for the sandbox
+    cpu_used_s: float | None = None  # CPU time the command's group got (None: not measured)
 
 
 @dataclass(frozen=True)
@@ -86,6 +116,8 @@ class Verdict(Enum):
 class Decision:
     verdict: Verdict
     wait_s: float = 0.0
+    #: the caller keeps its progress-window start (the window was too short to judge)
+    keep_window: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,19 +129,66 @@ class BilledDeadline:
     max_host_stall_s: float
 
     def first_wait(self) -> float | None:
-        """Wall seconds to wait before the first check (None: wait for the command only)."""
-        return self.timeout_s
+        """Wall seconds to wait before the first check (None: wait for the command only):
+        the timeout, or the moment a stall from the start could pass the cap if sooner."""
+        if self.timeout_s is None:
+            return None
+        return min(self.timeout_s, self.max_host_stall_s + MIN_RECHECK_S)
 
-    def check(self, now: StallReading) -> Decision:
-        """Called when a wall-clock wait ended with the command still running."""
+    def check(self, now: StallReading, since: StallReading | None = None) -> Decision:
+        """Called when a wall-clock wait ended with the command still running. ``since``:
+        the reading that starts the progress window (the previous check's, unless it asked
+        to keep its window; None: no check yet). :class:`DeadlineWatch` keeps it."""
         if self.timeout_s is None:
             return Decision(Verdict.WAIT, 3600.0)  # not reached: no deadline, no checks
         b = bill(self.start, now)
-        if b.stall_s > self.max_host_stall_s:
-            return Decision(Verdict.HOST_STALLED)
         left = self.timeout_s - b.billed_s
-        if left <= 0:
+        if left <= 0:  # the model's own time used the step up; the stall was credited
             return Decision(Verdict.TIMED_OUT)
+        if b.stall_s > self.max_host_stall_s:
+            return self._beyond_cap(b, now, since, left)
         # re-check no later than the cap could be crossed by a stall that continues
         cap_left = self.max_host_stall_s - b.stall_s
         return Decision(Verdict.WAIT, max(MIN_RECHECK_S, min(left, cap_left + MIN_RECHECK_S)))
+
+    def _beyond_cap(
+        self, b: Bill, now: StallReading, since: StallReading | None, left: float
+    ) -> Decision:
+        """The credit passed the cap: stopped by the host, or only slowed (module doc)."""
+        wait = max(MIN_RECHECK_S, min(left, PROGRESS_WINDOW_S))
+        if now.cpu_used_s is None:
+            return Decision(Verdict.HOST_STALLED)  # no progress counter: the cap decides
+        if b.stall_s > self.max_host_stall_s * SLOWED_STALL_FACTOR:
+            return Decision(Verdict.HOST_STALLED)  # the host is too slow to let it finish
+        if since is None:  # no check before: judge a fresh window, not the command's start-up
+            return Decision(Verdict.WAIT, wait)
+        if since.cpu_used_s is None:
+            return Decision(Verdict.HOST_STALLED)
+        window = now.t - since.t
+        if window < PROGRESS_WINDOW_S - 1e-6:  # (a wait of exactly one window is one)
+            return Decision(Verdict.WAIT, max(MIN_RECHECK_S, PROGRESS_WINDOW_S - window),
+                            keep_window=True)
+        w = bill(since, now)
+        if w.stall_s < w.wall_s / 2:  # not stalled now: its own time runs, billed
+            return Decision(Verdict.WAIT, wait)
+        if now.cpu_used_s - since.cpu_used_s >= MIN_PROGRESS_CPU_S:  # slowed, not stopped
+            return Decision(Verdict.WAIT, wait)
+        return Decision(Verdict.HOST_STALLED)
+
+
+@dataclass
+class DeadlineWatch:
+    """The checks of one wait (pure; the driver only sleeps and reads the meter): the
+    deadline plus the start of the current progress window."""
+
+    deadline: BilledDeadline
+    since: StallReading | None = None  # the progress window's start (None: no check yet)
+
+    def first_wait(self) -> float | None:
+        return self.deadline.first_wait()
+
+    def check(self, now: StallReading) -> Decision:
+        decision = self.deadline.check(now, self.since)
+        if not decision.keep_window:
+            self.since = now
+        return decision

@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rollbank.bench.faults.kinds import FaultKind
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
@@ -45,7 +47,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="sandbox.local.max_host_stall_s (a frozen command is stopped as host_stalled)")
     a("--engines", type=int, default=2, help="accel-sim engine processes")
     a("--accelsim-profile", default="h100-llama3.1-8b", help="accel-sim latency profile")
+    a("--kinds", type=parse_kinds, default=None,
+      help="comma-separated fault kinds to inject (default: all); e.g. model_destroy,model_oom "
+      "to iterate on a few kinds; verifier-fault tasks and collector kills only when named")
     a("--out", type=Path, default=Path("runs/bench-faults"), help="run folders go here")
+
+
+def parse_kinds(text: str) -> tuple[FaultKind, ...]:
+    """``--kinds``: fault kind names, comma-separated (a wrong name is a usage error)."""
+    out = []
+    for name in (n.strip() for n in text.split(",") if n.strip()):
+        try:
+            out.append(FaultKind(name))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"unknown fault kind {name!r} (one of {', '.join(k.value for k in FaultKind)})"
+            ) from None
+    if not out:
+        raise argparse.ArgumentTypeError("no fault kind named")
+    return tuple(out)
 
 
 def run(args: argparse.Namespace) -> int:

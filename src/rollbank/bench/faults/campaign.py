@@ -19,7 +19,7 @@ from typing import Any
 
 from rollbank.bench.faults.checks import Verdict
 from rollbank.bench.faults.crash import run_kills
-from rollbank.bench.faults.kinds import PER_ATTEMPT, VERIFIER_KINDS, FaultKind
+from rollbank.bench.faults.kinds import PER_ATTEMPT, VERIFIER_KINDS, FaultKind, selected
 from rollbank.bench.faults.rig import open_rig, run_round
 from rollbank.bench.faults.tasks import write_tasks
 
@@ -31,11 +31,12 @@ async def run_phase(args: argparse.Namespace, out: Path, target: int, kills: int
     clean_total: dict[str, Any] = {"attempts": 0, "trainable": 0, "collateral_inference_error": 0,
                                    "unexplained": []}
     t0 = time.monotonic()
+    wanted = set(PER_ATTEMPT + VERIFIER_KINDS) & set(selected(getattr(args, "kinds", None)))
     async with open_rig(args, out) as rig:
         r = 0
 
         def more() -> bool:
-            missing = set(PER_ATTEMPT + VERIFIER_KINDS) - {v.kind for v in all_verdicts}
+            missing = wanted - {v.kind for v in all_verdicts}
             return (len(all_verdicts) < target or bool(missing)) and r < args.max_rounds
 
         while more():

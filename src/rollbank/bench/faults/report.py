@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from rollbank.bench.faults.checks import by_kind
-from rollbank.bench.faults.kinds import EXPECT, KNOWN_LIMITS
+from rollbank.bench.faults.kinds import EXPECT, KNOWN_LIMITS, FaultKind, selected
 
 
 def _quick(args: argparse.Namespace) -> None:
@@ -35,7 +35,8 @@ def summarize(phase: dict[str, Any], leaks: dict[str, Any], args: argparse.Names
     checks = {
         "attribution_correct": not wrong,
         "no_new_misattribution": not new,
-        "every_kind_injected": all(k["injected"] > 0 for k in kinds.values()),
+        "every_kind_injected": all(kinds[k.value]["injected"] > 0
+                                   for k in selected(getattr(args, "kinds", None))),
         "ledger_and_batches_exact": not phase["errors"],
         "clean_attempts_trainable": not unexplained,
         "no_injector_errors": not phase["injector_errors"],
@@ -45,6 +46,7 @@ def summarize(phase: dict[str, Any], leaks: dict[str, Any], args: argparse.Names
         "benchmark": "faults",
         "wall_clock": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seed": args.seed, "quick": bool(args.quick),
+        "kinds": [k.value for k in selected(getattr(args, "kinds", None))],
         "faults_injected": len(verdicts), "faults_observed": len(observed),
         "attributed_correctly": sum(v.correct for v in observed),
         "attribution_rate": round(sum(v.correct for v in observed) / len(observed), 4) if observed else None,
@@ -88,6 +90,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     if args.quick:
         _quick(args)
+    if FaultKind.COLLECTOR_SIGKILL not in selected(args.kinds):
+        args.collector_kills = 0
     if args.collector_kills is None:
         args.collector_kills = max(2, args.faults // 50)
     args.out.mkdir(parents=True, exist_ok=True)

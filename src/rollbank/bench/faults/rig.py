@@ -22,7 +22,7 @@ from typing import Any
 from rollbank.bench.faults.checks import Verdict, check_ledger
 from rollbank.bench.faults.engines import KillableEngines
 from rollbank.bench.faults.inject import FaultingSource, FaultLog
-from rollbank.bench.faults.kinds import FaultSchedule
+from rollbank.bench.faults.kinds import PER_ATTEMPT, VERIFIER_KINDS, FaultSchedule, selected
 from rollbank.bench.faults.proxy import FaultProxy
 from rollbank.bench.faults.script import ScriptedWorkload
 from rollbank.bench.faults.tasks import write_tasks
@@ -85,10 +85,12 @@ async def open_rig(args: argparse.Namespace, out: Path) -> AsyncIterator[Rig]:
     from rollbank.inference_plane import _vocab_size, open_inference
     from rollbank.task_selection import select_tasks
 
-    schedule = FaultSchedule(args.seed, args.rate)
+    kinds = selected(getattr(args, "kinds", None))
+    schedule = FaultSchedule(args.seed, args.rate, tuple(k for k in PER_ATTEMPT if k in kinds))
     log = FaultLog()
     task_root = out / "tasks"
-    await asyncio.to_thread(write_tasks, task_root, clean=args.clean_tasks, verifier_faults=True)
+    await asyncio.to_thread(write_tasks, task_root, clean=args.clean_tasks,
+                            verifier_faults=any(k in kinds for k in VERIFIER_KINDS))
     tok = await asyncio.to_thread(lambda: load_tokenizer(ensure_model("tiny")))
     async with contextlib.AsyncExitStack() as stack:
         engines = await stack.enter_async_context(KillableEngines(

@@ -256,8 +256,11 @@ class SandboxCgroup:
             throttled = _kv(self.v2 / "cpu.stat" if self.v2 else None).get("throttled_usec", 0) / 1e6
         else:
             throttled = _kv(self.v1["cpu"] / "cpu.stat").get("throttled_time", 0) / 1e9
+        # CPU the command's group got (progress beyond the stall cap; v2 always has it)
+        used = _kv(g / "cpu.stat" if g else None).get("usage_usec")
         return StallReading(t=now, frozen_s=frozen, cpu_full_s=full, throttled_s=throttled,
-                            oom_kills=self.oom_kills(), pids_hits=self.pids_limit_hits())
+                            oom_kills=self.oom_kills(), pids_hits=self.pids_limit_hits(),
+                            cpu_used_s=None if used is None else used / 1e6)
 
     # ---------------------------------------------------------------- freeze / kill / remove
     # Only async versions for the sandbox's own groups: every caller is on the event loop.

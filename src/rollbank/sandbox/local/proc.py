@@ -23,7 +23,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rollbank.sandbox.billing import Bill, BilledDeadline, StallReading, Verdict, bill
+from rollbank.sandbox.billing import (
+    Bill,
+    BilledDeadline,
+    DeadlineWatch,
+    StallReading,
+    Verdict,
+    bill,
+)
 from rollbank.sandbox.protocol import TRUNCATION_MARKER
 
 Meter = Callable[[], StallReading]  # reads the command's cgroup counters now
@@ -55,13 +62,14 @@ async def wait_billed(
     Returns None when ``done`` completed, else :attr:`Verdict.TIMED_OUT` or
     :attr:`Verdict.HOST_STALLED` (``done`` is left running; the caller kills).
     """
-    wait = deadline.first_wait()
+    watch = DeadlineWatch(deadline)
+    wait = watch.first_wait()
     while True:
         try:
             await asyncio.wait_for(asyncio.shield(done), wait)
             return None
         except TimeoutError:
-            decision = deadline.check(meter())
+            decision = watch.check(meter())
             if decision.verdict is not Verdict.WAIT:
                 return decision.verdict
             wait = decision.wait_s
