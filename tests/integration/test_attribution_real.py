@@ -409,15 +409,16 @@ class ThinkingClient(FakeInferenceClient):
         return await super().generate(request)
 
 
-async def test_a_background_fork_bomb_is_the_models_failure(tmp_path: Path) -> None:
+@pytest.mark.parametrize("services", [False, True])
+async def test_a_background_fork_bomb_is_the_models_failure(tmp_path: Path, services: bool) -> None:
     """Regression: the model's background processes took every pid of its sandbox, so
     rb-helper could not fork the next command ("rb-helper: fork: EAGAIN"), raised as a
     SandboxError: the sandbox "died", and the replay of the model's actions on a pristine
     fork (over before the late hog starts) left it healthy: infra_failure/sandbox_died. The
     kernel counted the refusal in the sandbox's pids.events: the command's result (exit 126,
-    pids_limit_hit), the leftovers are killed before verification, the model's episode."""
+    pids_limit_hit) and the episode is the model's."""
     limit = 24
-    task = make_task(tmp_path, FAST_TESTS, timeout_s=30.0)
+    task = make_task(tmp_path, FAST_TESTS, timeout_s=30.0, services=services)
     async with real_runner(task, bash(LATE_HOG), bash("echo hi"), bash("echo again"),
                            max_turns=4, use_shell=False, max_processes=limit) as runner:
         assert isinstance(runner.source, WarmSource)
@@ -432,8 +433,16 @@ async def test_a_background_fork_bomb_is_the_models_failure(tmp_path: Path) -> N
                                          seed=1, group_size=1, launched_at=0.0))
         sb = source.first
     assert t.outcome is not None
-    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.MODEL_FAILURE,
-                                                      Reason.VERIFIED_FAIL), t.outcome.to_dict()
+    # the leftovers are killed before verifying, unless the task declares services: then
+    # the verifier cannot start, and the experiment finds the episode's sandbox refusing
+    # commands at its pids limit while a pristine fork verifies normally
+    want = Reason.PIDS_EXCEEDED if services else Reason.VERIFIED_FAIL
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.MODEL_FAILURE, want), \
+        t.outcome.to_dict()
+    if services:
+        exp = t.outcome.evidence["experiment"]
+        assert exp["pristine_verify"]["error"] is None and exp["replay"] is None
+        assert exp["episode_probe"]["state"] == "failed"
     assert [s.exit_code for s in t.steps[1:3]] == [126, 126], [s.observation for s in t.steps]
     assert "hold every pid" in t.steps[1].observation
     assert t.outcome.evidence["pids_limit_hits"] > 0
