@@ -40,11 +40,11 @@ The C source is in three parts: this module (init, exec, anchor), the pinned vie
 
 Failure protocol: when the runtime (not the command) fails, the helper writes
 ``rb-helper: WHAT: ERRNO TEXT`` and exits 125; :func:`helper_failure` classifies that. One such
-failure is the model's, decided by the kernel's own counter rather than by the message: the
-command could not be forked because the sandbox's processes hold every pid its limit allows
-(its ``pids.events`` ``max`` counter rose during the command). That is a result of the
-command (``exec``: exit 126, ``pids_limit_hit``); the same ``fork`` failure with the counter
-unmoved (the host out of pids, ``kernel.pid_max`` / ``threads-max``) stays the runtime's.
+failure is the model's, decided by the kernel's counter, not the message: the command could
+not be forked while the sandbox's ``pids.events`` ``max`` counter rose (its processes hold
+every pid its limit allows): the command's result (``exec``: exit 126, ``pids_limit_hit``).
+With the counter unmoved (the host out of pids: ``kernel.pid_max`` / ``threads-max``) the
+same ``fork`` failure stays the runtime's.
 
 It is compiled once with the host's C compiler into ``<cache>/bin/rb-helper-<source hash>``
 (atomically renamed into place). Without a compiler the backend uses the shell path of
@@ -377,6 +377,7 @@ def failure_of(res: ProcessResult) -> HelperFailure | None:
 
 
 NO_PID = "rollbank: cannot start the command: the sandbox's processes hold every pid its limit allows\n"
+
 _DIGEST = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
 
 
