@@ -38,7 +38,8 @@ from rollbank.episodes.sandboxes import Layers, TaskVerifier, WarmSource
 from rollbank.episodes.sources import Acquired, Verifier
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
-from rollbank.inference.protocol import GenerateRequest
+from rollbank.inference.fake_client import FakeInferenceClient
+from rollbank.inference.protocol import GenerateRequest, GenerateResult
 from rollbank.routing.factory import make_router
 from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.local.config import LocalSandboxConfig
@@ -93,11 +94,12 @@ MAX_HOST_STALL_S = 1.5
 async def real_runner(task: Task, *turns: str, verifier: Verifier | None = None,
                       recorder: EpisodeSink | None = None,
                       responder: Callable[[GenerateRequest], str | None] | None = None,
-                      max_host_stall_s: float | None = None,
+                      max_host_stall_s: float | None = None, max_processes: int | None = None,
                       **cfg: Any) -> AsyncIterator[EpisodeRunner]:
     _, clients = make_fake_fleet(1, responder=responder or model(*turns, "DONE"))
     sandbox_cfg = LocalSandboxConfig.model_validate(
-        {} if max_host_stall_s is None else {"max_host_stall_s": max_host_stall_s})
+        ({} if max_host_stall_s is None else {"max_host_stall_s": max_host_stall_s})
+        | ({} if max_processes is None else {"max_processes": max_processes}))
     async with LocalBackend(sandbox_cfg) as backend, WarmPool(backend) as pool:
         source = WarmSource(pool, Layers(BuilderConfig.model_validate({})).spec)
         yield EpisodeRunner(
@@ -378,3 +380,71 @@ async def test_a_sandbox_the_model_broke_is_the_models_even_if_it_then_dies(tmp_
     replay = t.outcome.evidence["experiment"]["replay"]
     assert (replay["state"], replay["broke_after"]) == ("reproduced", 0), replay
     assert replay["fork_probe"]["state"] == "failed"
+
+
+#: what a fork bomb left in the background does, made deterministic: every pid slot the
+#: sandbox's limit allows is taken, and one a process frees is taken again (a bomb churns:
+#: the next command may or may not find a free slot)
+PID_HOG = ("perl -e 'for (;;) { my $p = fork; if (!defined $p) { select(undef, undef, undef, "
+           "0.005); next } if (!$p) { sleep 600; exit } }'")
+#: the hog, started 2 s later: a replay of the model's actions (back to back, no model
+#: thinking time) is over before it starts, so only the kernel's counter can tell
+LATE_HOG = f"(sleep 2; exec {PID_HOG}) >/dev/null 2>&1 &"
+
+
+class ThinkingClient(FakeInferenceClient):
+    """The fake model, thinking before each turn after the first until ``ready()`` (polled
+    with asyncio sleeps; bound 15 s)."""
+
+    def __init__(self, inner: FakeInferenceClient, ready: Callable[[], bool]) -> None:
+        super().__init__(inner.server)
+        self.ready, self.turns = ready, 0
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        for _ in range(1500 if self.turns else 0):
+            if self.ready():
+                break
+            await asyncio.sleep(0.01)
+        self.turns += 1
+        return await super().generate(request)
+
+
+@pytest.mark.parametrize("services", [False, True])
+async def test_a_background_fork_bomb_is_the_models_failure(tmp_path: Path, services: bool) -> None:
+    """Regression: the model's background processes took every pid of its sandbox, so
+    rb-helper could not fork the next command ("rb-helper: fork: EAGAIN"), raised as a
+    SandboxError: the sandbox "died", and the replay of the model's actions on a pristine
+    fork (over before the late hog starts) left it healthy: infra_failure/sandbox_died. The
+    kernel counted the refusal in the sandbox's pids.events: the command's result (exit 126,
+    pids_limit_hit) and the episode is the model's."""
+    limit = 24
+    task = make_task(tmp_path, FAST_TESTS, timeout_s=30.0, services=services)
+    async with real_runner(task, bash(LATE_HOG), bash("echo hi"), bash("echo again"),
+                           max_turns=4, use_shell=False, max_processes=limit) as runner:
+        assert isinstance(runner.source, WarmSource)
+        source = runner.source = runner.judge.source = FreezeFirst(runner.source, after_s=-1)
+
+        def full() -> bool:  # the model's processes hold its sandbox's whole pid limit
+            return isinstance(source.first, LocalSandbox) and len(source.first.cgroup.pids()) >= limit
+
+        runner.clients = {url: ThinkingClient(c, full) for url, c in runner.clients.items()
+                          if isinstance(c, FakeInferenceClient)}
+        t = await runner.run(AttemptSpec(key=AttemptKey(0, 0, 0, "g0"), task_id=task.task_id,
+                                         seed=1, group_size=1, launched_at=0.0))
+        sb = source.first
+    assert t.outcome is not None
+    # the leftovers are killed before verifying, unless the task declares services: then
+    # the verifier cannot start, and the experiment finds the episode's sandbox refusing
+    # commands at its pids limit while a pristine fork verifies normally
+    want = Reason.PIDS_EXCEEDED if services else Reason.VERIFIED_FAIL
+    assert (t.outcome.outcome, t.outcome.reason) == (Outcome.MODEL_FAILURE, want), \
+        t.outcome.to_dict()
+    if services:
+        exp = t.outcome.evidence["experiment"]
+        assert exp["pristine_verify"]["error"] is None and exp["replay"] is None
+        assert exp["episode_probe"]["state"] == "failed"
+    assert [s.exit_code for s in t.steps[1:3]] == [126, 126], [s.observation for s in t.steps]
+    assert "hold every pid" in t.steps[1].observation
+    assert t.outcome.evidence["pids_limit_hits"] > 0
+    assert isinstance(sb, LocalSandbox) and not sb.alive  # closed: nothing of it is left
+    assert not any(p.exists() for p in [*sb.cgroup.v1.values(), sb.cgroup.v2] if p is not None)

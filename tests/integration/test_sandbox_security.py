@@ -249,6 +249,32 @@ async def test_fork_bomb_is_contained_by_the_pids_limit(backend: LocalBackend, b
     assert (await sb.exec("echo survived")).stdout == "survived\n"
 
 
+#: takes every pid slot the sandbox's limit allows, and again each one a process frees
+PID_HOG = ("perl -e 'for (;;) { my $p = fork; if (!defined $p) { select(undef, undef, undef, "
+           "0.005); next } if (!$p) { sleep 600; exit } }' >/dev/null 2>&1 &")
+
+
+async def test_a_command_left_no_pid_by_the_sandboxs_processes_is_a_result(
+        backend: LocalBackend, base: Path) -> None:
+    """Regression: rb-helper could not fork the command ("rb-helper: fork: EAGAIN") and the
+    sandbox raised SandboxError (the runtime's failure: infra) although the kernel counted
+    the refusal against the sandbox's own pids limit (the model's processes). Now it is the
+    command's result; the sandbox stays usable once the leftovers are killed."""
+    sb = await start(backend, base, max_processes=24)
+    assert (await sb.exec(PID_HOG)).exit_code == 0
+    for _ in range(1500):  # the hog fills the limit (bound: 15 s)
+        if len(sb.cgroup.pids()) >= 24:
+            break
+        await asyncio.sleep(0.01)
+    assert len(sb.cgroup.pids()) >= 24
+    r = await sb.exec("echo hi")
+    assert (r.exit_code, r.stdout, r.pids_limit_hit) == (126, "", True), r
+    assert "hold every pid" in r.stderr and "rb-helper: fork" in r.stderr
+    assert sb.usage().pids_limit_hit and sb.alive
+    await sb.kill_leftovers()
+    assert (await sb.exec("echo survived")).stdout == "survived\n"  # control
+
+
 async def test_disk_filler_hits_the_storage_limit(backend: LocalBackend, base: Path) -> None:
     sb = await start(backend, base, storage_mb=32, memory_mb=512)
     r = await sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=200 2>&1; stat -c %s /tmp/fill")

@@ -284,3 +284,13 @@ def test_step_timeout_with_a_stalled_sandbox() -> None:
 )
 def test_destructive_patterns(cmd: str, bad: bool) -> None:
     assert bool(destructive_commands([cmd])) is bad
+
+
+def test_forks_refused_by_the_process_limit_are_evidence() -> None:
+    # the kernel's count over the sandbox's life (e.g. a command the model's background
+    # processes left no pid for): recorded with the verdict, which it does not change
+    out = attribute(LoopEnd.DONE, verdict=FAIL, usage=SandboxUsage(1.0, pids_limit_hits_total=3))
+    assert (out.outcome, out.reason) == (Outcome.MODEL_FAILURE, Reason.VERIFIED_FAIL)
+    assert out.evidence["pids_limit_hits"] == 3
+    assert "pids_limit_hits" not in attribute(LoopEnd.DONE, verdict=FAIL,
+                                              usage=SandboxUsage(1.0)).evidence

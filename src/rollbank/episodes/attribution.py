@@ -27,6 +27,9 @@ Rules (the table in docs/collect.md)
   (the verdict stands); it keeps room -> the host filled it (``disk_full``); the replay cannot
   run, is inconclusive, or the space cannot be read -> ``unknown``.
 - Destructive-looking commands are recorded as a *hint* (``evidence.hint_destructive``) only.
+- Forks the sandbox's process limit refused over its life (the kernel's count) are recorded
+  as ``evidence.pids_limit_hits``; a command the model's own processes left no pid for is
+  that command's result (exit 126), not a runtime failure (``sandbox/local/helper.py``).
 """
 
 from __future__ import annotations
@@ -306,6 +309,8 @@ def attribute(
         ev["hint_destructive"] = [h[:200] for h in hints[-3:]]
     if experiment is not None:
         ev["experiment"] = experiment.to_dict()
+    if usage is not None and usage.pids_limit_hits_total:  # forks the sandbox's limit refused
+        ev["pids_limit_hits"] = usage.pids_limit_hits_total
     if end is LoopEnd.SANDBOX_DIED and ev.get("node_lost"):
         return EpisodeOutcome.of(Reason.SANDBOX_DIED, attribution=(
             "the node hosting the sandbox was lost (its host actor died): not the model's doing"),

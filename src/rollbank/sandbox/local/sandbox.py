@@ -3,7 +3,8 @@ Started by :class:`~rollbank.sandbox.local.backend.LocalBackend` (assembly: ``ru
 
 Invariants
 - ``exec`` never raises for what the command did; a dead runtime raises
-  :class:`~rollbank.errors.SandboxDiedError`.
+  :class:`~rollbank.errors.SandboxDiedError`. A command the sandbox's own processes leave
+  no pid for is a result (exit 126, ``pids_limit_hit``; :func:`.helper.helper_failure`).
 - Every command runs in its own cgroup below the sandbox's; a step timeout kills that whole
   group (the command and everything it spawned, daemons included).
 - Time is billed as :mod:`rollbank.sandbox.billing` says: a command's wall time minus what
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 from rollbank.errors import SandboxDiedError, SandboxError
 from rollbank.sandbox.billing import Bill
 from rollbank.sandbox.local.cgroups import SandboxCgroup
+from rollbank.sandbox.local.helper import NO_PID, HelperFailure, failure_of
 from rollbank.sandbox.local.proc import (
     MAX_HOST_STALL_S,
     Meter,
@@ -194,8 +196,7 @@ class LocalSandbox:
                 f"sandbox {self._id} died during a command: "
                 + res.stderr.raw().decode(errors="replace")[-500:]
             )
-        err_head = bytes(res.stderr.head[:11])
-        if res.returncode == 125 and err_head == b"rb-helper: ":
+        if failure_of(res) is HelperFailure.RUNTIME:
             raise SandboxError(  # the runtime (cgroups, setns...) failed, not the command
                 f"sandbox {self._id}: " + res.stderr.raw().decode(errors="replace")[:500]
             )
@@ -263,6 +264,8 @@ class LocalSandbox:
         sig = -rc if rc < 0 else None
         out, out_t = res.stdout.text()
         err, err_t = res.stderr.text()
+        if failure_of(res) is HelperFailure.PIDS_LIMIT:  # the model's processes took every pid
+            rc, err = 126, NO_PID + err
         return ExecResult(
             exit_code=None if (sig is not None or res.deadline_hit or res.host_stalled) else rc,
             signal=sig,
