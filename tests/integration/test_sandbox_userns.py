@@ -61,6 +61,18 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+async def _running(sb: LocalSandbox, marker: str) -> list[int]:
+    """The sandbox's processes whose command line holds ``marker``, waiting (bounded) for a
+    background command to have exec'd: right after the shell forks it, the child still shows
+    the shell's command line."""
+    for _ in range(300):
+        found = [p for p in sb.cgroup.pids() if marker in _cmdline(p)]
+        if found:
+            return found
+        await asyncio.sleep(0.1)
+    return []
+
+
 def _ids(pid: int) -> tuple[int, int]:
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     uid = next(line for line in lines if line.startswith("Uid:")).split()[1:]
@@ -73,14 +85,14 @@ async def test_sandbox_processes_are_the_mapped_host_uid(mapped: LocalBackend, b
     sb = await _start(mapped, base)
     inside = await sb.exec("nohup sleep 4747 >/dev/null 2>&1 & id -u; id -g")
     assert inside.stdout == "0\n0\n"  # root inside either way
+    assert await _running(sb, "4747")
     pids = sb.cgroup.pids()
-    assert any("4747" in _cmdline(p) for p in pids)
     want = _root_uid(mapped)
     assert {_ids(p) for p in [*pids, sb.anchor_pid]} == {(want, want)}
     # the pinned (verifier) path enters as the sandbox's root too
     pinned = await sb.exec_pinned("nohup sleep 4848 >/dev/null 2>&1 & id -u", pins=["/usr"])
     assert pinned.stdout == "0\n", pinned
-    (leftover,) = [p for p in sb.cgroup.pids() if "4848" in _cmdline(p)]
+    (leftover,) = await _running(sb, "4848")
     assert _ids(leftover) == (want, want)
 
 
