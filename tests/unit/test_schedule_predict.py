@@ -52,6 +52,17 @@ def test_resize_sets_the_size_and_the_bank_lever_like_bench_collect() -> None:
     assert (capped["scheduler"]["pool_groups"], capped["scheduler"]["max_groups"]) == (16, 16)
 
 
+def test_resize_sets_the_bank_arms_verifier_gate_only_when_asked() -> None:
+    r = _report()
+    for hold in (True, False):
+        out = resize(r, 8, 2, 2, hold_for_verifier=hold)["arms"]
+        assert out["optimized"]["sim_inputs"]["scheduler"]["hold_extras_for_verifier"] is hold
+        assert "hold_extras_for_verifier" not in out["naive"]["sim_inputs"]["scheduler"]
+    kept = resize(r, 8, 2, 2)["arms"]["optimized"]["sim_inputs"]["scheduler"]
+    assert kept.get("hold_extras_for_verifier") == r["arms"]["optimized"]["sim_inputs"][
+        "scheduler"].get("hold_extras_for_verifier")
+
+
 def test_verifier_and_sandbox_work_terms_are_the_hand_arithmetic() -> None:
     r = resize(_report(ArmCosts(setup_s=0.5, verify_s=2.0, close_s=1.0)), 4, 2, 1)
     b = bounds(r, r["arms"]["naive"]["sim_inputs"], seed=0)

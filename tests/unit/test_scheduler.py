@@ -288,3 +288,23 @@ def test_extra_groups_wait_while_verifiers_are_contended() -> None:
     assert [d for d in h.poll() if isinstance(d, Launch)] == [] and s.holding_extras
     assert s.release_verifier(first[1]) == [first[0]]  # contention ends
     assert [(d.spec.key.seq, d.spec.key.slot) for d in h.poll() if isinstance(d, Launch)] == [(1, 0)]
+
+
+def test_a_verifier_wait_holds_extras_back_only_when_configured_to() -> None:
+    """``hold_extras_for_verifier=False`` (the accelerator regime): a verifier-slot wait no
+    longer holds extra groups back; an inference-slot wait still does."""
+    s = Scheduler(SchedulerConfig(bank=ReadyBankConfig(group_size=2), groups_per_batch=1,
+                                  pool_groups=2, sandbox_slots=2, verifier_slots=1,
+                                  inference_slots_per_server=1, hold_extras_for_verifier=False),
+                  TASKS, FakeClock())
+    h = Harness(s)
+    first = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
+    assert s.request_verifier(first[0]) and not s.request_verifier(first[1])
+    assert s.verifier_contended() and not s.extras_contended()
+    h.finish(first[0])  # a sandbox slot frees while a verifier waits: g1 (extra) launches
+    launched = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
+    assert [(k.seq, k.slot) for k in launched] == [(1, 0)] and not s.holding_extras
+    assert s.request_inference(launched[0]) and not s.request_inference(first[1])
+    assert s.extras_contended()  # an inference wait still counts
+    h.finish(launched[0])
+    assert [d for d in h.poll() if isinstance(d, Launch)] == [] and s.holding_extras

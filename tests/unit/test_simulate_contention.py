@@ -92,3 +92,22 @@ def test_verifier_priority_beats_seq_order_when_the_younger_group_is_closer() ->
     assert done["g00001"] == 2.5  # g1 slot 1 verifies 1.5-2.5
     naive = simulate(_cfg(groups=2, verifier_slots=1, mode=SchedulingMode.NAIVE), TASKS, wl)
     assert {g.group_id: g.completed_at for g in naive.batches[0].groups}["g00001"] == 3.5
+
+
+def test_a_waiting_verifier_holds_the_extra_group_back_only_when_configured() -> None:
+    # G = 1, G' = 2, n = 3, 3 sandbox slots, 1 verifier slot of 1 s. g0: slot 0 ends at 0.5
+    # and verifies 0.5-1.5; slots 1 and 2 end at 1.0 and wait. At 1.5 slot 0's sandbox frees,
+    # slot 1 verifies and slot 2 still waits: the verifier is contended. Held (default), the
+    # extra g1 starts at 2.5, when nobody waits any more; not held, at 1.5.
+    def ep(spec: AttemptSpec) -> SimEpisode:
+        return SimEpisode({(0, 0): 0.5}.get((spec.key.seq, spec.key.slot), 1.0), verify_s=1.0)
+
+    starts = {}
+    for hold in (True, False):
+        cfg = _cfg(1, 3, pool_groups=2, num_batches=2, sandbox_slots=3, verifier_slots=1,
+                   hold_extras_for_verifier=hold)
+        res = simulate(cfg, TASKS, ep, capacity=_cap(0.0, 0.0))
+        g1 = res.batches[1].groups[0]
+        starts[hold] = sorted(t.launched_at for t in g1.trajectories)
+    assert starts[True] == [2.5, 2.5, 3.5]
+    assert starts[False] == [1.5, 2.5, 3.5]

@@ -99,6 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="with --at-size: bank arms' launch cap = B x G + this (default ceil(G/4))")
     a("--verify-scale", type=float, default=1.0,
       help="with --at-size: multiply every arm's measured verifier run by this")
+    a("--at-hold-extras-for-verifier", choices=("measured", "on", "off"), default="measured",
+      help="with --at-size: bank arms' scheduler.hold_extras_for_verifier (measured: as run)")
 
 
 def _workload(args: argparse.Namespace, seed: int) -> TraceWorkload:

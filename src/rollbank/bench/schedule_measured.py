@@ -272,14 +272,16 @@ def from_measured_main(args: argparse.Namespace) -> dict[str, Any]:
         from rollbank.bench.schedule_predict import parse_size, predict, resize
 
         g, n, b = parse_size(args.at_size)
+        hold = getattr(args, "at_hold_extras_for_verifier", "measured")
         report = resize(report, g, n, b, slots=args.at_slots, pool=args.at_pool,
-                        spare=args.at_spare, verify_scale=args.verify_scale)
+                        spare=args.at_spare, verify_scale=args.verify_scale,
+                        hold_for_verifier=None if hold == "measured" else hold == "on")
         pred: dict[str, Any] = {
             "benchmark": "schedule prediction (virtual time on a measured run's inputs, resized)",
             "measured": str(path), "engine": report.get("engine"),
             "at_size": {"groups": g, "group_size": n, "batches": b, "sandbox_slots":
                         args.at_slots, "pool": args.at_pool, "spare": args.at_spare,
-                        "verify_scale": args.verify_scale},
+                        "verify_scale": args.verify_scale, "hold_extras_for_verifier": hold},
             **predict(report, seeds=max(1, args.sweep_seeds))}
         if args.sweep:
             pred["sweep"] = sweep(report, seeds=max(1, args.sweep_seeds))

@@ -17,7 +17,9 @@ the plans and costs alone (:func:`bounds`):
 
 A group path is the slowest sibling's set-up + generate calls alone + tool time (under the
 task's budget) + close + verifier run. ``--verify-scale X`` multiplies every arm's verifier run
-(the cost a loaded host inflates most) to show where the target breaks.
+(the cost a loaded host inflates most) to show where the target breaks;
+``--at-hold-extras-for-verifier on|off`` sets the bank arms' gate for extras
+(``scheduler.hold_extras_for_verifier``).
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ def parse_size(text: str) -> tuple[int, int, int]:
 
 def resize(report: dict[str, Any], groups: int, group_size: int, batches: int, *,
            slots: int | None = None, pool: int | None = None, spare: int | None = None,
-           verify_scale: float = 1.0) -> dict[str, Any]:
-    """A copy of ``report`` whose arms' scheduler inputs are at the new size (module notes)."""
+           verify_scale: float = 1.0, hold_for_verifier: bool | None = None) -> dict[str, Any]:
+    """A copy of ``report`` whose arms' scheduler inputs are at the new size (module notes);
+    ``hold_for_verifier`` (None: as measured) sets the bank arms' ``hold_extras_for_verifier``."""
     out = copy.deepcopy(report)
     cap = batches * groups + (math.ceil(groups / 4) if spare is None else spare)
     for arm in out.get("arms", {}).values():
@@ -61,6 +64,8 @@ def resize(report: dict[str, Any], groups: int, group_size: int, batches: int, *
                   "max_groups": cap if bank else None})
         if slots is not None:
             s["sandbox_slots"] = slots
+        if bank and hold_for_verifier is not None:
+            s["hold_extras_for_verifier"] = hold_for_verifier
         ins["costs"] = {**ins["costs"], "verify_s": ins["costs"]["verify_s"] * verify_scale}
     return out
 

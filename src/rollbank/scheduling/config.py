@@ -102,6 +102,15 @@ class SchedulerConfig(Section):
         "generate call waits for an inference slot and no episode waits for a verifier slot "
         "(work-conserving over-provisioning)",
     )
+    hold_extras_for_verifier: bool = Field(
+        default=True,
+        description="with hold_extras_when_contended: a verifier-slot wait also holds extras "
+        "back (true; needed where extras' inference and sandboxes share the verifiers' CPU, the "
+        "vLLM CPU regime). False: only an inference-slot wait does, and the verifier queue "
+        "(ordered by group completion) absorbs the extras' verifications — in the accelerator "
+        "regime (`bench collect --engine accel-sim`) holding extras for a busy verifier only "
+        "delays them (`rollbank bench schedule --from-measured`, docs/collect.md)",
+    )
     requeue_aborted: bool = Field(
         default=True,
         description="re-queue the task of an aborted group at its original place (FIFO)",

@@ -1,7 +1,7 @@
 """The asyncio driver: runs the pure :class:`~rollbank.scheduling.scheduler.Scheduler` for real.
 
 Owns the attempt tasks, the per-server inference slots and the verifier slots it lends runners
-(both decided by the scheduler), and the hand-off of batches.
+(both decided by the scheduler; the lending is :mod:`.driver_slots`), and the hand-off of batches.
 One collector task (owned by :meth:`CollectionDriver.batches`, awaited on exit) asks the
 scheduler for decisions, starts one task per :class:`Launch` inside its ``asyncio.TaskGroup``,
 feeds results back, cancels on :class:`Abort`, and hands each
@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
 from os import PathLike
 from pathlib import Path
@@ -48,13 +47,13 @@ from rollbank.errors import CollectionStalledError, SchedulingError
 from rollbank.inference.protocol import ServerFeed
 from rollbank.sandbox.protocol import CapacityFeed
 from rollbank.scheduling.config import SchedulerConfig
+from rollbank.scheduling.driver_slots import SlotLending, _Context
 from rollbank.scheduling.events import Event, EventSink, ListSink
 from rollbank.scheduling.host_error import host_error_trajectory
 from rollbank.scheduling.scheduler import Scheduler
 from rollbank.scheduling.types import Abort, AttemptKey, AttemptSpec, EmitBatch, Launch
 
 T = TypeVar("T")
-_VERIFIER = "\x00verifier"  # the grant key of a verifier slot (no server has this name)
 
 
 class AttemptRunner(Protocol):
@@ -67,24 +66,7 @@ class AttemptRunner(Protocol):
     async def run(self, attempt: AttemptSpec) -> Trajectory: ...
 
 
-class _Context:
-    """The :class:`~rollbank.scheduling.types.AttemptContext` the driver lends one attempt."""
-
-    def __init__(self, driver: CollectionDriver, key: AttemptKey) -> None:
-        self._driver = driver
-        self._key = key
-
-    def mark_started(self) -> None:
-        self._driver._on_started(self._key)
-
-    def inference_slot(self, server: str = "") -> AbstractAsyncContextManager[None]:
-        return self._driver._inference_slot(self._key, server)
-
-    def verifier_slot(self) -> AbstractAsyncContextManager[None]:
-        return self._driver._verifier_slot(self._key)
-
-
-class CollectionDriver:
+class CollectionDriver(SlotLending):
     """Collect ``config.num_batches`` batches by running ``runner`` under ``Scheduler`` policy.
 
     Usage::
@@ -344,67 +326,3 @@ class CollectionDriver:
 
     def _emit(self, event: Event) -> None:
         self.sink.emit(event)
-
-    # ------------------------------------------------------------ attempt context
-    def _on_started(self, key: AttemptKey) -> None:
-        self.scheduler.on_started(key)
-        self._flush_events()
-
-    def _inference_slot(self, key: AttemptKey, server: str) -> AbstractAsyncContextManager[None]:
-        s = self.scheduler
-        return self._slot(key, server, lambda: s.request_inference(key, server),
-                          lambda: s.cancel_inference_wait(key, server),
-                          lambda: self._release(key, server))
-
-    def _verifier_slot(self, key: AttemptKey) -> AbstractAsyncContextManager[None]:
-        s = self.scheduler
-        return self._slot(key, _VERIFIER, lambda: s.request_verifier(key),
-                          lambda: s.cancel_verifier_wait(key), lambda: self._release_verifier(key))
-
-    @asynccontextmanager
-    async def _slot(self, key: AttemptKey, tag: str, request: Callable[[], bool],
-                    cancel_wait: Callable[[], None],
-                    release: Callable[[], None]) -> AsyncIterator[None]:
-        """Hold one scheduler-owned slot (``tag``: a server, or the verifier) while inside."""
-        if not request():
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._grants[(key, tag)] = fut
-            try:
-                await fut
-            except asyncio.CancelledError:
-                self._grants.pop((key, tag), None)
-                if fut.done() and not fut.cancelled():  # granted just before cancel
-                    release()
-                else:
-                    cancel_wait()
-                raise
-        try:
-            yield
-        finally:
-            release()
-
-    def _release(self, key: AttemptKey, server: str) -> None:
-        self._grant(self.scheduler.release_inference(key, server), server)
-
-    def _release_verifier(self, key: AttemptKey) -> None:
-        self._grant(self.scheduler.release_verifier(key), _VERIFIER)
-
-    def _grant(self, granted: Iterable[AttemptKey], tag: str) -> None:
-        """Wake the waiters the scheduler granted a released ``tag`` slot to."""
-        for key in granted:
-            fut = self._grants.pop((key, tag), None)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-        s = self.scheduler
-        if s.holding_extras and not s.inference_contended() and not s.verifier_contended():
-            self._nudge()
-
-    def _cancel_grants(self, key: AttemptKey) -> None:
-        for gk in [gk for gk in self._grants if gk[0] == key]:
-            fut = self._grants.pop(gk)
-            if not fut.done():
-                fut.cancel()
-            if gk[1] == _VERIFIER:
-                self.scheduler.cancel_verifier_wait(key)
-            else:
-                self.scheduler.cancel_inference_wait(key, gk[1])

@@ -16,10 +16,10 @@ Policy (``optimized`` mode)
   original ``seq``: long or unlucky work keeps its place (FIFO by original launch).
 - Work-conserving over-provisioning (``hold_extras_when_contended``): the attempts of the
   "extra" groups — open groups beyond the ones the next batch still needs, by ``seq`` — are
-  launched only while no generate call waits for an inference slot and no verifier waits for
-  a verifier slot. When inference or verification is the
-  contended resource, extra groups would only slow the groups the batch needs; when it is not
-  (a straggler tail, tool-bound episodes), they use capacity that would otherwise be idle.
+  launched only while no generate call waits for an inference slot and (unless
+  ``hold_extras_for_verifier`` is off) no verifier waits for a verifier slot. When inference
+  or verification is the contended resource, extras would only slow the groups the batch
+  needs; when not (a straggler tail, tool-bound episodes), they use capacity left idle.
 - Straggler policy once G groups are ready: ``carry`` emits and lets unfinished attempts run
   on into the next batch; ``abort`` emits and cancels the open groups (waste), re-queuing
   their tasks at their old place if ``requeue_aborted`` — at most ``max_requeues`` times,
@@ -112,7 +112,8 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         self._window_start: float | None = None
         self._window_admitted = False  # naive: this window's G groups were admitted
         self._init_inference_slots(self.config.inference_slots_per_server)
-        self._init_verifier_slots(self.config.verifier_slots)
+        self._init_verifier_slots(self.config.verifier_slots,
+                                  holds_extras=self.config.hold_extras_for_verifier)
         self._holding = False  # extras were held back at the last launch for contention
         self._longest_aborted: dict[int, float] = {}  # seq -> longest aborted attempt (s)
         self.unreachable: list[Unreachable] = []  # tasks given up on (re-queue cap reached)
@@ -288,8 +289,7 @@ class Scheduler(InferenceSlots, VerifierSlots, SandboxSlots):
         if not queue or len(running) >= slots:
             return  # nothing to launch (and so nothing held back)
         now = self.clock.now()
-        hold = (not self._naive and cfg.hold_extras_when_contended
-                and (self.inference_contended() or self.verifier_contended()))
+        hold = not self._naive and cfg.hold_extras_when_contended and self.extras_contended()
         extras = self._extra_groups() if hold else set()
         seed_base, group_size, record = cfg.seed, cfg.bank.group_size, self._record
         while queue and len(running) < slots and self.inference_available:

@@ -173,7 +173,7 @@ class _Sim:
             self.ver_wait += now - grun.since
             grun.phase = _VER
             self.push(now + grun.ep.verify_s, _VER, g)
-        if self.s.holding_extras and not self.s.verifier_contended():
+        if self.s.holding_extras and not self.s.extras_contended():
             self.wake = True
 
     def finish(self, key: AttemptKey, run: _Run, now: float) -> None:

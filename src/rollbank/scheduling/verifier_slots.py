@@ -9,6 +9,10 @@ A waiter's rank follows its group: when a sibling reaches the verifier, returns 
 aborted, the group's waiters are re-ranked (stale heap entries are skipped when popped).
 Pure bookkeeping: the driver turns grants into awakened futures.
 
+Extras: :meth:`VerifierSlots.extras_contended` is the scheduler's gate for extra groups
+(``hold_extras_when_contended``): an inference wait, or a verifier wait unless
+``hold_extras_for_verifier`` is off.
+
 Invariant: granted verifier slots never exceed the limit; a key waits at most once.
 """
 
@@ -31,6 +35,7 @@ class VerifierSlots:
     _ver_by_group: dict[str, set[AttemptKey]]  # group id -> its waiters
     _ver_past: dict[str, set[AttemptKey]]  # group id -> attempts at or past the verifier
     _ver_arrivals: int
+    _ver_holds_extras: bool  # does a verifier wait hold extra groups back (config)
 
     @property
     def naive(self) -> bool:
@@ -40,8 +45,13 @@ class VerifierSlots:
         """Sibling slots of ``group_id`` not yet terminal (supplied by the scheduler)."""
         raise NotImplementedError
 
-    def _init_verifier_slots(self, slots: int | None) -> None:
+    def inference_contended(self) -> bool:
+        """Does a generate call wait for an inference slot? (supplied by the scheduler)"""
+        raise NotImplementedError
+
+    def _init_verifier_slots(self, slots: int | None, *, holds_extras: bool = True) -> None:
         self._ver_slots = slots
+        self._ver_holds_extras = holds_extras
         self._ver_busy = set()
         self._ver_wait = []
         self._ver_rank = {}
@@ -128,3 +138,8 @@ class VerifierSlots:
     def verifier_contended(self) -> bool:
         """Does any finished episode wait for a verifier slot?"""
         return bool(self._ver_rank)
+
+    def extras_contended(self) -> bool:
+        """Is a contended capacity holding extra groups back? An inference-slot wait always
+        counts; a verifier-slot wait only with ``hold_extras_for_verifier`` (config)."""
+        return self.inference_contended() or (self._ver_holds_extras and bool(self._ver_rank))
