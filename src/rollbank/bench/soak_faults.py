@@ -153,6 +153,8 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 clean["unexplained"] += res.clean["unexplained"][:20]
                 res.row["settle_s"] = await _settle(rig.live_sandboxes)
                 n = rig.live_sandboxes()
+                if n:  # who lingers (ids, faults injected into them); see Rig.lingering
+                    res.row["lingering"] = rig.lingering()
                 res.row["at_end"] = await asyncio.to_thread(sample, functools.partial(int, n))
                 res.row["end_interval"] = round((time.monotonic() - t_collect) / args.interval, 3)
                 rounds.append(res.row)
