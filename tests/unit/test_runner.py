@@ -174,6 +174,38 @@ async def test_cancellation_closes_the_sandbox_and_releases_the_router() -> None
         assert all(v == 0 for v in r.runner.router.in_flight().values())
 
 
+async def test_cancelled_while_the_shell_closes_the_sandbox_is_still_closed() -> None:
+    # The fault soak's lingering sandbox: an episode ending without verification (here a
+    # runner bug; in the soak a stalled/frozen sandbox or an engine fault) closes its shell
+    # first; a frozen shell's close waits for it to exit, and an abort of the attempt landing
+    # then must not skip the sandbox's close (it stayed alive until the backend closed).
+    entered, hold = asyncio.Event(), asyncio.Event()
+
+    async def hanging_close() -> None:
+        entered.set()
+        await hold.wait()
+
+    solve = script(SOLVE)
+
+    def respond(req: GenerateRequest) -> str:
+        prompt = TOK.decode(list(req.prompt_token_ids)).split("Task: Write hello")[-1]
+        if prompt.count("\nOutput:"):
+            raise KeyError("boom")  # second turn: the episode ends unverified
+        return solve(req) or ""
+
+    async with rig(respond, backend=FakeBackend(files={"/app/.keep": b""},
+                                                shell_close=hanging_close)) as r:
+        task = asyncio.create_task(r.run())
+        waiting = asyncio.ensure_future(entered.wait())
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        assert entered.is_set(), "the episode ended without closing a shell"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert r.backend.started and not r.backend.live
+        hold.set()
+
+
 async def test_unexpected_runner_bug_is_recorded_not_raised() -> None:
     def broken(req: GenerateRequest) -> str:
         raise KeyError("boom")

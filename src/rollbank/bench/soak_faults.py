@@ -16,7 +16,8 @@ rollbank cgroups, live sandboxes) and each ``--interval`` closes one point of th
 (:mod:`rollbank.bench.soak_curve`: floor, peak, last) with the faults injected so far per kind.
 Each round's row also carries one reading taken when the round has drained (``at_end``:
 nothing in flight; sandboxes still closing get up to :data:`SETTLE_S` to go, ``settle_s``),
-the sharpest view of a per-round leak.
+the sharpest view of a per-round leak; a sandbox still alive then is named in the row's
+``lingering`` (its id and the faults injected into it, :meth:`Rig.lingering`).
 The verdict on flatness is :func:`rollbank.bench.soak_curve.judge_curve`; after closing, the
 campaign's leak snapshot must show nothing left over. Attribution per kind is the campaign's
 (:func:`rollbank.bench.faults.report.summarize`).
@@ -153,6 +154,8 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 clean["unexplained"] += res.clean["unexplained"][:20]
                 res.row["settle_s"] = await _settle(rig.live_sandboxes)
                 n = rig.live_sandboxes()
+                if n:  # who lingers (ids, faults injected into them); see Rig.lingering
+                    res.row["lingering"] = rig.lingering()
                 res.row["at_end"] = await asyncio.to_thread(sample, functools.partial(int, n))
                 res.row["end_interval"] = round((time.monotonic() - t_collect) / args.interval, 3)
                 rounds.append(res.row)

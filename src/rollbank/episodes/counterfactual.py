@@ -53,7 +53,7 @@ from rollbank.episodes.attribution import (
 )
 from rollbank.episodes.harnesses import Command
 from rollbank.episodes.sources import Acquired, SandboxSource, Verifier
-from rollbank.episodes.tools import ToolExecutor
+from rollbank.episodes.tools import ToolExecutor, close_quietly
 from rollbank.episodes.validate import VerifyBaseline, load_baseline
 from rollbank.errors import RollbankError, SandboxError
 from rollbank.sandbox.protocol import Sandbox
@@ -290,10 +290,7 @@ class Counterfactual:
             ev = ReplayEvidence(ReplayState.INCONCLUSIVE,
                                 detail=f"cut by the replay cap ({self.replay_cap_s} s)")
         finally:
-            with contextlib.suppress(Exception):
-                await executor.close()
-            with contextlib.suppress(Exception):
-                await acq.sandbox.close()
+            await close_quietly(executor, acq.sandbox)
         return replace(ev, steps_total=total, steps=tuple(done), cap_s=self.replay_cap_s,
                        duration_s=self.clock.now() - t0)
 

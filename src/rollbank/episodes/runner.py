@@ -28,7 +28,6 @@ Invariants
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import traceback
 from collections.abc import Mapping
@@ -57,7 +56,7 @@ from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.spans import Span, add_span
 from rollbank.episodes.steps import run_steps, turn_in_step
-from rollbank.episodes.tools import ToolExecutor
+from rollbank.episodes.tools import ToolExecutor, close_quietly
 from rollbank.episodes.trajectory import StepRecord, Trajectory
 from rollbank.episodes.workload import EpisodePlan, TraceWorkload
 from rollbank.errors import (
@@ -183,7 +182,7 @@ class EpisodeRunner:
                 traj.outcome = await self._conclude(end, evidence, task, traj, attempt.ctx,
                                                     sandbox)
         finally:
-            await _quietly_close(executor, sandbox)
+            await close_quietly(executor, sandbox)
             add_span(traj, Span("episode", t0, max(self.clock.now(), t0), traj.trajectory_id,
                                 sandbox=sandbox.sandbox_id))
 
@@ -370,11 +369,3 @@ def _usage(sandbox: Sandbox) -> SandboxUsage | None:
         return sandbox.usage()
     except Exception:
         return None
-
-
-async def _quietly_close(executor: ToolExecutor, sandbox: Sandbox) -> None:
-    """Close the shell and the sandbox; a failing close must not hide the episode's outcome."""
-    with contextlib.suppress(Exception):  # the sandbox close below still kills everything
-        await executor.close()
-    with contextlib.suppress(Exception):
-        await sandbox.close()

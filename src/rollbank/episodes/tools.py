@@ -18,6 +18,7 @@ Invariants
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 from shlex import quote as _quote
@@ -87,3 +88,15 @@ class ToolExecutor:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+
+async def close_quietly(executor: ToolExecutor, sandbox: Sandbox) -> None:
+    """Close the shell and the sandbox; a failing close must not hide the episode's outcome.
+    The sandbox is closed even if the shell's close is cancelled (an aborted attempt: a frozen
+    sandbox's shell takes seconds to go), else it would live until the backend closes."""
+    try:
+        with contextlib.suppress(Exception):  # the sandbox close below still kills everything
+            await executor.close()
+    finally:
+        with contextlib.suppress(Exception):
+            await sandbox.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -197,7 +197,8 @@ class FakeShell:
         return await self._sb._run(command, self._state, timeout_s, b"", DEFAULT_OUTPUT_LIMIT)
 
     async def close(self) -> None:
-        return None
+        if self._sb.backend.shell_close is not None:
+            await self._sb.backend.shell_close()
 
 
 class FakeBackend:
@@ -209,13 +210,17 @@ class FakeBackend:
     ``files``: what every started spec contains (the spec's layers are not read).
     ``stall_s``: the host stalls every command this long before it runs (not billed);
     ``max_host_stall_s``: a longer stall stops the command as ``host_stalled``.
+    ``shell_close``: awaited by every shell session's ``close`` (e.g. one that hangs, as the
+    close of a frozen sandbox's shell waits for it to exit).
     """
 
     def __init__(self, clock: FakeClock | None = None, *,
                  handlers: Mapping[str, Handler] | None = None, fail_starts: int = 0,
                  files: Mapping[str, bytes] | None = None, stall_s: float = 0.0,
-                 max_host_stall_s: float | None = None) -> None:
+                 max_host_stall_s: float | None = None,
+                 shell_close: Callable[[], Awaitable[None]] | None = None) -> None:
         self.clock = clock
+        self.shell_close = shell_close
         self.stall_s = stall_s
         self.max_host_stall_s = max_host_stall_s
         self.handlers = dict(handlers or {})

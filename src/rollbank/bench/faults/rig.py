@@ -71,9 +71,20 @@ class Rig:
 
     def live_sandboxes(self) -> int:
         """Sandboxes alive in the local backend (warm: its pool's backend)."""
+        return len(self._backend().sandboxes)
+
+    def _backend(self) -> Any:
         inner: Any = self.sandboxes.source
-        backend = inner.pool.backend if hasattr(inner, "pool") else inner.backend
-        return len(backend.sandboxes)
+        return inner.pool.backend if hasattr(inner, "pool") else inner.backend
+
+    def lingering(self) -> list[dict[str, Any]]:
+        """The live sandboxes (a drained round should have none), each with the faults the
+        injector put into it: who to suspect when a round-end reading is not flat."""
+        out = []
+        for sb in self._backend().sandboxes:
+            hits = [i.kind.value for i in self.log.items if i.detail.get("sandbox") == sb.sandbox_id]
+            out.append({"sandbox": sb.sandbox_id, "alive": sb.alive, "faults": hits})
+        return out
 
 
 @contextlib.asynccontextmanager
