@@ -178,6 +178,7 @@ def test_kl_coef_and_grad_clip_reach_every_arms_trainer() -> None:
     add_arguments(parser)
     _, default = plan(parser.parse_args([]))
     assert (default["kl_coef"], default["max_grad_norm"]) == (KL_COEF, 1.0)
+    assert KL_COEF > 0  # the default anchors every arm to the warmed-up weights
     _, s = plan(parser.parse_args(["--kl-coef", "0.1", "--max-grad-norm", "0.5"]))
     assert (s["kl_coef"], s["max_grad_norm"]) == (0.1, 0.5)
     settings = Settings(**(s | {"seed": 3}))
