@@ -98,7 +98,7 @@ def test_aggregate_across_seeds_pairs_each_arm_with_sync_of_its_seed() -> None:
 def test_merged_runs_must_have_the_same_settings(tmp_path: Path) -> None:
     settings = {"steps": 3, "prompts": 2, "group_size": 2, "lr": 1e-3, "max_new_tokens": 4,
                 "eval_every": 1, "eval_size": 8, "tis_cap": 2.0, "levels": [1],
-                "eval_metric": "expected"}
+                "eval_metric": "expected", "kl_coef": 0.0, "max_grad_norm": 1.0}
     warm = {"base": "tiny", "steps": 20, "batch": 64, "lr": 3e-3, "seed": 0}
     old = [_seeded("sync", 0, 0, [0.1]), _seeded("gated", 4, 0, [0.1]),
            _seeded("ungated", 4, 0, [0.1]), _seeded("sync", 0, 1, [0.2])]
@@ -116,6 +116,10 @@ def test_merged_runs_must_have_the_same_settings(tmp_path: Path) -> None:
         merged_arms([p], settings | {"levels": [1, 2]}, 4, warm, {"sync"}, set())
     with pytest.raises(ValueError, match="eval_metric"):
         merged_arms([p], settings | {"eval_metric": "sampled"}, 4, warm, {"sync"}, set())
+    with pytest.raises(ValueError, match="kl_coef"):
+        merged_arms([p], settings | {"kl_coef": 0.1}, 4, warm, {"sync"}, set())
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        merged_arms([p], settings | {"max_grad_norm": 0.5}, 4, warm, {"sync"}, set())
 
 
 def test_runs_written_before_levels_and_eval_metric_count_as_all_levels_sampled(tmp_path: Path) -> None:
@@ -125,10 +129,13 @@ def test_runs_written_before_levels_and_eval_metric_count_as_all_levels_sampled(
     p = tmp_path / "old.json"
     p.write_text(json.dumps({"settings": legacy | {"lag": 4}, "warmup": warm,
                              "arms": [_seeded("sync", 0, 0, [0.1])]}))
-    now = legacy | {"levels": [1, 2, 3], "eval_metric": "sampled"}
+    now = legacy | {"levels": [1, 2, 3], "eval_metric": "sampled", "kl_coef": 0.0,
+                    "max_grad_norm": 1.0}
     assert len(merged_arms([p], now, 4, warm, {"sync"}, set())) == 1
     with pytest.raises(ValueError, match="levels"):
         merged_arms([p], now | {"levels": [1]}, 4, warm, {"sync"}, set())
+    with pytest.raises(ValueError, match="kl_coef"):  # older runs had no KL term
+        merged_arms([p], now | {"kl_coef": 0.1}, 4, warm, {"sync"}, set())
 
 
 def test_arms_option_selects_a_subset_and_always_keeps_sync() -> None:
@@ -158,3 +165,26 @@ def test_default_setting_is_level_1_with_the_expected_eval_and_quick_stays_small
     assert (q["steps"], q["prompts"], q["group_size"], q["eval_size"]) == (3, 4, 4, 16)
     _, m = plan(parser.parse_args(["--levels", "1,2,3", "--eval-metric", "sampled"]))
     assert (m["levels"], m["eval_metric"]) == ([1, 2, 3], "sampled")
+
+
+def test_kl_coef_and_grad_clip_reach_every_arms_trainer() -> None:
+    import argparse
+
+    from rollbank.bench.learning.arm import Settings, trainer_config
+    from rollbank.bench.learning.command import KL_COEF, add_arguments, plan
+    from rollbank.staleness.config import CorrectionConfig, CorrectionMode
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    _, default = plan(parser.parse_args([]))
+    assert (default["kl_coef"], default["max_grad_norm"]) == (KL_COEF, 1.0)
+    assert KL_COEF > 0  # the default anchors every arm to the warmed-up weights
+    _, s = plan(parser.parse_args(["--kl-coef", "0.1", "--max-grad-norm", "0.5"]))
+    assert (s["kl_coef"], s["max_grad_norm"]) == (0.1, 0.5)
+    settings = Settings(**(s | {"seed": 3}))
+    configs = [trainer_config(settings, CorrectionConfig(mode=mode), Path("/m"))
+               for mode in (CorrectionMode.NONE, CorrectionMode.TOKEN_TIS)]
+    for c in configs:  # the base (the warmed-up weights) is the reference of every arm
+        assert (c.kl_coef, c.max_grad_norm, c.model, c.finetune) == (0.1, 0.5, "/m", "full")
+        assert (c.lr, c.seed, c.micro_batch_size) == (settings.lr, 3, 64)
+    assert [c.correction.mode for c in configs] == [CorrectionMode.NONE, CorrectionMode.TOKEN_TIS]

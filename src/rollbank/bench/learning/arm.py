@@ -71,6 +71,20 @@ class Settings:
     tis_cap: float = 2.0
     levels: tuple[int, ...] = (1, 2, 3)  # task levels of the training prompts and the eval set
     eval_metric: str = "sampled"  # "sampled": one sample per eval task; "expected": its probability
+    kl_coef: float = 0.0  # weight of k3 KL to the warmed-up weights (the base), every arm alike
+    max_grad_norm: float = 1.0  # global gradient-norm clip of every arm (0: none)
+
+
+def trainer_config(settings: Settings, correction: CorrectionConfig, model_dir: Path) -> TrainerConfig:
+    """The trainer of one arm: full fine-tuning from ``model_dir`` (the warmed-up weights, which
+    are also the KL reference when ``kl_coef > 0``), PPO ratio against the recompute; only
+    ``correction`` differs between arms."""
+    return TrainerConfig(
+        model=str(model_dir), finetune="full", lr=settings.lr, ratio_against="recompute",
+        correction=correction, micro_batch_size=settings.prompts * settings.group_size,
+        seed=settings.seed, threads=settings.threads, max_grad_norm=settings.max_grad_norm,
+        kl_coef=settings.kl_coef,
+    )
 
 
 def _record_divergence(scoring: RecomputeScoring) -> dict[str, Any]:
@@ -92,12 +106,7 @@ class ArmRunner:
         self.correction = CorrectionConfig(mode=mode, tis_cap=settings.tis_cap)
         self.staleness = StalenessConfig(correction=self.correction,
                                          gate=GateConfig(enabled=spec.gated))
-        config = TrainerConfig(
-            model=str(model_dir), finetune="full", lr=settings.lr, ratio_against="recompute",
-            correction=self.correction, micro_batch_size=settings.prompts * settings.group_size,
-            seed=settings.seed, threads=settings.threads, max_grad_norm=1.0,
-        )
-        self.trainer = Trainer.load(config)
+        self.trainer = Trainer.load(trainer_config(settings, self.correction, model_dir))
         self.codec = TextCodec(model_dir)
         self.store = VersionStore(keep=spec.lag + 1)
         self.store.publish(0, self.trainer.model)
@@ -212,6 +221,7 @@ class ArmRunner:
                 "divergence": _record_divergence(scoring),
                 "divergence_before_gate": pre, "gate": gate_counts,
                 "loss": result.metrics.loss, "grad_norm": result.metrics.grad_norm,
+                "kl_to_base": result.metrics.kl,
                 "sample_seconds": t1 - t0, "score_seconds": t2 - t1, "train_seconds": t3 - t2,
                 "wall": time.perf_counter() - t_start,
             }
