@@ -223,3 +223,21 @@ def test_kinds_flag_selects_kinds_and_names_a_wrong_one() -> None:
     assert len(selected(None)) == len(FaultKind)
     with pytest.raises(argparse.ArgumentTypeError, match="model_boom"):
         parse_kinds("model_boom")
+
+
+async def test_a_sandbox_gone_before_its_fault_landed_is_a_miss_not_an_injector_error() -> None:
+    """The soak's two `disk_full: FileNotFoundError` injector errors: the attempt finished
+    (its sandbox closed) during the fault's delay. Nothing was injected, so nothing is logged;
+    the same failure on a live sandbox is still an injector error."""
+    from types import SimpleNamespace
+
+    from rollbank.bench.faults.inject import FaultingSource
+    from rollbank.bench.faults.kinds import FaultKind
+
+    no_such_pid = 1 << 22 | 1  # above the kernel's largest pid_max: /proc/<pid> never exists
+    for alive, missed, errors in ((False, ["disk_full"], 0), (True, [], 1)):
+        log = FaultLog()
+        src = FaultingSource(None, None, log)  # type: ignore[arg-type]
+        sb = SimpleNamespace(alive=alive, anchor_pid=no_such_pid, sandbox_id="b1")
+        await src.land(sb, FaultKind.DISK_FULL, 7)  # type: ignore[arg-type]
+        assert (src.missed, len(src.errors), log.items) == (missed, errors, [])

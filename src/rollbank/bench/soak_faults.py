@@ -167,6 +167,7 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
         collect_s = time.monotonic() - t_collect
+        missed = len(rig.source.missed)
         injector_errors, proxy = rig.source.errors, {"collateral": len(rig.proxy.collateral),
                                                      "windows": rig.proxy.windows[:50]}
     await asyncio.to_thread(gc.collect)
@@ -174,7 +175,8 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     after = await asyncio.to_thread(sample, lambda: 0)
     leaks = leaked(before, await asyncio.to_thread(snapshot))
     phase = {"verdicts": verdicts, "errors": errors, "rounds": rounds, "clean": clean,
-             "injector_errors": injector_errors, "proxy": proxy, "engine": engine_note(cargs),
+             "injector_errors": injector_errors, "injector_missed": missed, "proxy": proxy,
+             "engine": engine_note(cargs),
              "seconds": round(time.monotonic() - t0, 1), "kill_phase_s": 0.0}
     faults = summarize(phase, leaks, cargs)
     faults["by_kind"].pop(FaultKind.COLLECTOR_SIGKILL.value, None)  # not in the soak

@@ -57,6 +57,7 @@ async def run_phase(args: argparse.Namespace, out: Path, target: int, kills: int
         kill_s = round(time.monotonic() - tk, 1)
     return {"kill_phase_s": kill_s, "verdicts": all_verdicts, "errors": errors, "rounds": rounds,
             "clean": clean_total, "injector_errors": rig.source.errors,
+            "injector_missed": len(rig.source.missed),
             "proxy": {"collateral": len(rig.proxy.collateral), "windows": rig.proxy.windows},
             "seconds": round(time.monotonic() - t0, 1), "engine": engine_note(args)}
 

@@ -70,6 +70,7 @@ class FaultingSource:
         self.inner, self.schedule, self.log = inner, schedule, log
         self._watchers: set[asyncio.Task[None]] = set()
         self.errors: list[str] = []
+        self.missed: list[str] = []  # kinds whose sandbox ended before the fault landed
 
     @property
     def name(self) -> str:
@@ -97,15 +98,24 @@ class FaultingSource:
                 if planned is None or planned.kind not in SANDBOX_KINDS or not self.log.first(seed):
                     return
                 await asyncio.sleep(planned.delay_s)
-                try:
-                    detail = await inject(sb, planned.kind)
-                except Exception as exc:  # an injector failure is reported, not hidden
-                    self.errors.append(f"{planned.kind.value}: {type(exc).__name__}: {exc}")
-                    return
-                detail["sandbox"] = sb.sandbox_id  # joins the fault to its attempt
-                self.log.add(Injection(planned.kind, seed, None, detail))
+                await self.land(sb, planned.kind, seed)
                 return
             await asyncio.sleep(POLL_S)
+
+    async def land(self, sb: LocalSandbox, kind: FaultKind, seed: int) -> None:
+        """Inject ``kind`` into ``sb`` and log it. A sandbox that ended before the fault
+        landed (its attempt finished during the fault's delay) got no fault: counted in
+        ``missed``, not logged; any other injector failure is reported in ``errors``."""
+        try:
+            detail = await inject(sb, kind)
+        except Exception as exc:
+            if not sb.alive:
+                self.missed.append(kind.value)
+                return
+            self.errors.append(f"{kind.value}: {type(exc).__name__}: {exc}")
+            return
+        detail["sandbox"] = sb.sandbox_id  # joins the fault to its attempt
+        self.log.add(Injection(kind, seed, None, detail))
 
 
 def read_seed(marker: Path) -> int | None:

@@ -61,6 +61,7 @@ def summarize(phase: dict[str, Any], leaks: dict[str, Any], args: argparse.Names
                            "unexplained": len(unexplained), "unexplained_examples": unexplained[:20]},
         "ledger_batch_errors": phase["errors"][:50],
         "injector_errors": phase["injector_errors"][:20],
+        "injector_missed": phase.get("injector_missed", 0),  # sandbox gone before the fault
         "rounds": phase["rounds"],
         "proxy": phase["proxy"],
         "leaks": leaks,
