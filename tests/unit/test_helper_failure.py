@@ -3,7 +3,7 @@ no pid for (the model's), decided by the kernel's pids.events counter, not the m
 
 from __future__ import annotations
 
-from rollbank.sandbox.local.helper import HelperFailure, helper_failure
+from rollbank.sandbox.local.helper_failure import HelperFailure, helper_failure
 
 FORK = b"rb-helper: fork: Resource temporarily unavailable\n"
 

@@ -29,7 +29,7 @@ Rules (the table in docs/collect.md)
 - Destructive-looking commands are recorded as a *hint* (``evidence.hint_destructive``) only.
 - Forks the sandbox's process limit refused over its life (the kernel's count) are recorded
   as ``evidence.pids_limit_hits``; a command the model's own processes left no pid for is
-  that command's result (exit 126), not a runtime failure (``sandbox/local/helper.py``).
+  that command's result (exit 126), not a runtime failure (``sandbox/local/helper_failure.py``).
 """
 
 from __future__ import annotations

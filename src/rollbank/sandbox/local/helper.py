@@ -39,12 +39,8 @@ The C source is in three parts: this module (init, exec, anchor), the pinned vie
 (:mod:`~rollbank.sandbox.local.helper_userns`, with ``rb-helper probe``).
 
 Failure protocol: when the runtime (not the command) fails, the helper writes
-``rb-helper: WHAT: ERRNO TEXT`` and exits 125; :func:`helper_failure` classifies that. One such
-failure is the model's, decided by the kernel's counter, not the message: the command could
-not be forked while the sandbox's ``pids.events`` ``max`` counter rose (its processes hold
-every pid its limit allows): the command's result (``exec``: exit 126, ``pids_limit_hit``).
-With the counter unmoved (the host out of pids: ``kernel.pid_max`` / ``threads-max``) the
-same ``fork`` failure stays the runtime's.
+``rb-helper: WHAT: ERRNO TEXT`` and exits 125; :mod:`~rollbank.sandbox.local.helper_failure`
+classifies that.
 
 It is compiled once with the host's C compiler into ``<cache>/bin/rb-helper-<source hash>``
 (atomically renamed into place). Without a compiler the backend uses the shell path of
@@ -53,21 +49,16 @@ It is compiled once with the host's C compiler into ``<cache>/bin/rb-helper-<sou
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rollbank.config import cache_dir
 from rollbank.sandbox.local.helper_pins import SOURCE as PINS_SOURCE
 from rollbank.sandbox.local.helper_userns import SOURCE as USERNS_SOURCE
-
-if TYPE_CHECKING:
-    from rollbank.sandbox.local.proc import ProcessResult
 
 SOURCE = r"""
 #define _GNU_SOURCE
@@ -348,35 +339,6 @@ int main(int argc, char **argv) {
     return 125;
 }
 """
-
-FAILURE_PREFIX = b"rb-helper: "  # then what failed; the exit status is 125
-_FORK_FAILED = FAILURE_PREFIX + b"fork: "
-
-
-class HelperFailure(enum.Enum):
-    """How rb-helper failed before the command ran (see the module docstring)."""
-
-    RUNTIME = "runtime"  # the sandbox runtime failed: infra (SandboxError)
-    PIDS_LIMIT = "pids_limit"  # the sandbox's own processes hold every pid its limit allows
-
-
-def helper_failure(returncode: int, stderr_head: bytes, pids_refusals: int) -> HelperFailure | None:
-    """None: the exit status is the command's. ``pids_refusals``: how many forks the sandbox's
-    pids cgroup refused during the command (the kernel's ``pids.events`` ``max`` delta)."""
-    if returncode != 125 or not stderr_head.startswith(FAILURE_PREFIX):
-        return None
-    if stderr_head.startswith(_FORK_FAILED) and pids_refusals > 0:
-        return HelperFailure.PIDS_LIMIT
-    return HelperFailure.RUNTIME
-
-
-def failure_of(res: ProcessResult) -> HelperFailure | None:
-    """:func:`helper_failure` of one command run through the helper."""
-    return helper_failure(res.returncode, bytes(res.stderr.head[:64]),
-                          res.bill.pids_hits if res.bill else 0)
-
-
-NO_PID = "rollbank: cannot start the command: the sandbox's processes hold every pid its limit allows\n"
 
 _DIGEST = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
 

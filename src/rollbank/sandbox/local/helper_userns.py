@@ -83,13 +83,19 @@ static int make_userns(unsigned long id, unsigned long count) {
     return fd;
 }
 
-static void idmap_layer(const char *src, const char *dst, int userns) {
+/* A detached read-only clone of the tree at src, id-mapped through userns ("what" names the
+ * step in the error when the filesystem refuses the mapping). */
+static int idmapped_tree(const char *src, int userns, const char *what) {
     int fd = (int)syscall(RB_SYS_open_tree, AT_FDCWD, src, RB_OPEN_TREE_CLONE | O_CLOEXEC);
     if (fd < 0) die_at("open_tree", src);
     struct rb_mount_attr a = {RB_MOUNT_ATTR_IDMAP | RB_MOUNT_ATTR_RDONLY, 0, 0,
                               (unsigned long long)userns};
-    if (syscall(RB_SYS_mount_setattr, fd, "", RB_AT_EMPTY_PATH, &a, sizeof a))
-        die_at("idmap (mount_setattr) layer", src);
+    if (syscall(RB_SYS_mount_setattr, fd, "", RB_AT_EMPTY_PATH, &a, sizeof a)) die_at(what, src);
+    return fd;
+}
+
+static void idmap_layer(const char *src, const char *dst, int userns) {
+    int fd = idmapped_tree(src, userns, "idmap (mount_setattr) layer");
     if (mkdir(dst, 0755)) die_at("mkdir", dst);
     if (syscall(RB_SYS_move_mount, fd, "", AT_FDCWD, dst, RB_MOVE_MOUNT_F_EMPTY_PATH))
         die_at("move_mount", dst);
@@ -112,12 +118,7 @@ static int do_probe(int argc, char **argv) {
     if (unshare(CLONE_NEWNS)) die("unshare mount namespace");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) die("make / private");
     int userns = make_userns(id, count);
-    int fd = (int)syscall(RB_SYS_open_tree, AT_FDCWD, parent, RB_OPEN_TREE_CLONE | O_CLOEXEC);
-    if (fd < 0) die_at("open_tree", parent);
-    struct rb_mount_attr a = {RB_MOUNT_ATTR_IDMAP | RB_MOUNT_ATTR_RDONLY, 0, 0,
-                              (unsigned long long)userns};
-    if (syscall(RB_SYS_mount_setattr, fd, "", RB_AT_EMPTY_PATH, &a, sizeof a))
-        die_at("idmapped mounts unsupported on the filesystem of", parent);
+    int fd = idmapped_tree(parent, userns, "idmapped mounts unsupported on the filesystem of");
     if (mount("rollbank-probe", mdir, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755"))
         die("mount tmpfs");
     snprintf(path, sizeof path, "%s/lower", mdir);

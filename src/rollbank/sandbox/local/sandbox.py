@@ -4,7 +4,7 @@ Started by :class:`~rollbank.sandbox.local.backend.LocalBackend` (assembly: ``ru
 Invariants
 - ``exec`` never raises for what the command did; a dead runtime raises
   :class:`~rollbank.errors.SandboxDiedError`. A command the sandbox's own processes leave
-  no pid for is a result (exit 126, ``pids_limit_hit``; :func:`.helper.helper_failure`).
+  no pid for is a result (exit 126, ``pids_limit_hit``; :func:`.helper_failure.helper_failure`).
 - Every command runs in its own cgroup below the sandbox's; a step timeout kills that whole
   group (the command and everything it spawned, daemons included).
 - Time is billed as :mod:`rollbank.sandbox.billing` says: a command's wall time minus what
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from rollbank.errors import SandboxDiedError, SandboxError
 from rollbank.sandbox.billing import Bill
 from rollbank.sandbox.local.cgroups import SandboxCgroup
-from rollbank.sandbox.local.helper import NO_PID, HelperFailure, failure_of
+from rollbank.sandbox.local.helper_failure import NO_PID, HelperFailure, failure_of
 from rollbank.sandbox.local.proc import (
     MAX_HOST_STALL_S,
     Meter,
