@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "rollbank"
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
     ("extras",),
-    ("clock",),
+    ("clock", "signals"),
     ("config",),
     ("quantiles",),
     ("sandbox", "inference", "routing"),

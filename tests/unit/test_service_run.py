@@ -12,7 +12,8 @@ from rollbank.clock import MonotonicClock
 from rollbank.errors import ServiceError
 from rollbank.service.hub import CollectorHub
 from rollbank.service.leases import BatchLeases, Lease
-from rollbank.service.run import _until_end, bind, stop_on_signals
+from rollbank.service.run import _until_end, bind
+from rollbank.signals import stop_on_signals
 
 
 def _hub() -> CollectorHub:

@@ -100,17 +100,12 @@ async def _serve(args: argparse.Namespace, cfg: Any) -> int:
 
 
 async def wait_for_stop_signal() -> None:
-    """Return at SIGINT or SIGTERM. Python installs signal handlers from the main thread only
-    (elsewhere ``add_signal_handler`` raises): a caller running the command in a worker
-    thread keeps its own signal handling and stops it by cancelling."""
+    """Return at SIGINT or SIGTERM (:func:`rollbank.signals.stop_on_signals`; off the main
+    thread nothing is installed and the caller stops the command by cancelling)."""
     import asyncio
-    import signal
-    import threading
+
+    from rollbank.signals import stop_on_signals
 
     stop = asyncio.Event()
-    if threading.current_thread() is not threading.main_thread():
-        await stop.wait()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()  # the handlers stay: a second Ctrl-C does not break the servers' stop
+    stop_on_signals(stop.set)  # the handlers stay: a second Ctrl-C does not break the servers' stop
+    await stop.wait()

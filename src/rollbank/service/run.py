@@ -21,9 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -44,6 +42,7 @@ from rollbank.service.app import build_app
 from rollbank.service.config import ServeCollectorConfig, resolve_token
 from rollbank.service.hub import CollectorHub
 from rollbank.service.leases import BatchLeases
+from rollbank.signals import stop_on_signals
 from rollbank.task_selection import select_tasks, tasks_to_prepare
 from rollbank.tasks.model import Task
 
@@ -157,24 +156,6 @@ def lora_publisher(plane: InferencePlane, publisher: WeightPublisher,
 def _append_line(path: Path, record: dict[str, Any]) -> None:
     with path.open("a") as f:
         f.write(json.dumps(record, default=str) + "\n")
-
-
-def stop_on_signals(stop: Callable[[], None]) -> Callable[[], None]:
-    """SIGINT/SIGTERM call ``stop`` (on the running loop); returns the undo. Python installs
-    signal handlers from the main thread only (elsewhere ``add_signal_handler`` raises): a
-    caller running the command in a worker thread keeps its own signal handling, and the
-    service ends by its other ends."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop)
-
-    def undo() -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-    return undo
 
 
 def _write_info(out: Path, info: dict[str, Any]) -> None:
