@@ -116,6 +116,59 @@ def _fds() -> int:
     return n
 
 
+def _socket_table() -> dict[str, str]:
+    """Socket inode -> ``"tcp LOCAL->REMOTE STATE"`` from this process's /proc/net tables
+    (TCP over IPv4 and IPv6; other families are named by their table)."""
+    states = {"01": "ESTABLISHED", "06": "TIME_WAIT", "08": "CLOSE_WAIT", "0A": "LISTEN",
+              "07": "CLOSE", "04": "FIN_WAIT1", "05": "FIN_WAIT2", "09": "LAST_ACK"}
+    table: dict[str, str] = {}
+    for name in ("tcp", "tcp6", "udp", "udp6", "unix"):
+        try:
+            lines = Path(f"/proc/self/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            f = ln.split()
+            if name == "unix":
+                if len(f) >= 7:
+                    table[f[6]] = "unix" + (f" {f[7]}" if len(f) > 7 else "")
+                continue
+            if len(f) < 10:
+                continue
+            ports = [int(a.rsplit(":", 1)[1], 16) for a in (f[1], f[2])]
+            table[f[9]] = f"{name} :{ports[0]}->:{ports[1]} {states.get(f[3], f[3])}"
+    return table
+
+
+def describe_fds() -> dict[str, Any]:
+    """What the counted descriptors (:func:`_fds`) are: per kind (``tcp``, ``unix``, ``pipe``,
+    ``pidfd``, ``eventpoll``, ``file``, ...) and, for sockets, their ports and state, so a
+    drained reading that moves says which descriptors moved."""
+    sockets: dict[str, str] | None = None
+    kinds: dict[str, int] = {}
+    items: list[str] = []
+    for fd in sorted(Path("/proc/self/fd").iterdir(), key=lambda f: int(f.name)):
+        try:
+            target = str(fd.readlink())
+        except OSError:
+            continue
+        if "/site-packages/" in target:
+            continue
+        if target.startswith("socket:["):
+            if sockets is None:
+                sockets = _socket_table()
+            what = sockets.get(target[8:-1], "socket (closed or other family)")
+            kind = what.split()[0]
+        elif target.startswith(("pipe:", "anon_inode:")):
+            what = target
+            kind = target.split(":", 1)[1].strip("[]") if target.startswith("anon_inode:") else "pipe"
+        else:
+            what, kind = target, "file"
+        kinds[kind] = kinds.get(kind, 0) + 1
+        items.append(f"{fd.name} {what}")
+    return {"by_kind": kinds, "fds": items}
+
+
 def sample(live_sandboxes: Callable[[], int]) -> dict[str, float]:
     """One reading of every tracked resource (synchronous: call it off the event loop)."""
     status = Path("/proc/self/status").read_text()

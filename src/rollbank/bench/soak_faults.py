@@ -40,7 +40,7 @@ from typing import Any
 from rollbank.bench.faults.checks import Verdict
 from rollbank.bench.faults.inject import FaultLog
 from rollbank.bench.faults.kinds import FaultKind
-from rollbank.bench.soak import sample
+from rollbank.bench.soak import describe_fds, sample
 from rollbank.bench.soak_curve import (
     DRAINED_ALLOWANCE,
     MINUTE_ALLOWANCE,
@@ -157,6 +157,7 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 if n:  # who lingers (ids, faults injected into them); see Rig.lingering
                     res.row["lingering"] = rig.lingering()
                 res.row["at_end"] = await asyncio.to_thread(sample, functools.partial(int, n))
+                res.row["at_end_fds"] = await asyncio.to_thread(describe_fds)
                 res.row["end_interval"] = round((time.monotonic() - t_collect) / args.interval, 3)
                 rounds.append(res.row)
                 if not args.keep_rounds:  # disk stays flat too; the verdicts are taken
