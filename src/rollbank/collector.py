@@ -207,6 +207,7 @@ async def collect(
                    inference=inference.description, source=sandboxes.source.name,
                    capacity=capacity.to_dict() if capacity else None)
         t0: float | None = None
+        consumed: set[str] = set()  # groups handed over: not in a later batch's bound pool
         async with contextlib.aclosing(driver.batches()) as batches:
             async for batch in batches:
                 t0 = batch.window_start if t0 is None else t0
@@ -222,7 +223,9 @@ async def collect(
                            **zero_variance_extra(batch.groups),
                            "groups": batch.meta.get("groups")},
                     staleness=batch.staleness.report if batch.staleness is not None else None,
+                    consumed_groups=consumed,
                 )
+                consumed.update(t.group_id for t in batch.trajectories)
                 if prom is not None:
                     prom.observe_staleness(batch.index, s.staleness)
                 summaries.append(s)

@@ -84,3 +84,23 @@ def test_verifier_work_term_only_with_declared_verifier_slots() -> None:
     lb = lower_bound(ts, cap)
     assert lb.verifier_work_s == pytest.approx(4 * 3.0 / 2)
     assert lb.binding_term == "verifier_work" and lb.t_lb == pytest.approx(6.0)
+
+
+def test_a_group_carried_from_the_previous_window_counts_only_what_remains() -> None:
+    """Regression: a later batch's bound counted the whole path of a group launched during the
+    previous window, so the measured 32 x 8 run's batches 2-3 had T_LB > T (efficiency 1.10)."""
+    cap = Capacity(decode_rate_single=10, decode_rate_max=100, prefill_rate_single=1000,
+                   prefill_rate_max=1000, sandbox_slots=1)
+    carried = traj("a", "g1", decode=0, prompts=[], tools=[60.0])
+    carried.launched_at = 50.0
+    fresh = traj("b", "g2", decode=0, prompts=[], tools=[30.0])
+    fresh.launched_at = 100.0
+    late = traj("c", "g3", decode=0, prompts=[], tools=[20.0])
+    late.launched_at = 0.0  # launched long before: nothing of its path need remain
+    whole = lower_bound([carried], cap, pool=[carried, fresh], groups_needed=1)
+    assert whole.critical_path_s == pytest.approx(30.0)  # no window start: whole paths
+    lb = lower_bound([carried], cap, pool=[carried, fresh], groups_needed=1, window_start=100.0)
+    assert lb.critical_path_s == pytest.approx(10.0)  # 60 s path, 50 s of it before the window
+    assert lb.sandbox_work_s == pytest.approx(10.0)
+    lb2 = lower_bound([carried, fresh, late], cap, groups_needed=3, window_start=100.0)
+    assert lb2.critical_path_s == pytest.approx(30.0) and lb2.sandbox_work_s == pytest.approx(40.0)

@@ -74,3 +74,20 @@ def test_empty_window_is_not_a_division_by_zero() -> None:
     s = summarize_batch(0, [], t_start=3.0, t_end=3.0, seen=[], capacity=CAP, servers=["s0"])
     assert s.tokens_per_s == 0.0 and s.tail_share == 0.0 and s.efficiency is None
     assert s.prefix_cache_hit_rate is None
+
+
+def test_the_second_batchs_bound_counts_neither_handed_over_groups_nor_time_already_run() -> None:
+    """Regression (the 32 x 8 accel-sim run): a later batch's path term took the G-th smallest
+    path over every complete group seen, groups handed over in earlier batches included, and
+    whole paths of groups launched before its window (T_LB > T, efficiency up to 1.32)."""
+    first = [episode(f"f{i}", "g0", start=0, infer=[], tools=[(0, 2)], end=2,
+                     reason=Reason.VERIFIED_PASS, reward=1.0) for i in range(2)]
+    carried = [episode(f"c{i}", "g1", start=0, infer=[], tools=[(0, 14)], end=14,
+                       reason=Reason.VERIFIED_FAIL, reward=0.0) for i in range(2)]
+    cap = Capacity(10.0, 40.0, 100.0, 400.0, sandbox_slots=100)
+    s = summarize_batch(1, carried, t_start=10.0, t_end=14.0, seen=first + carried,
+                        capacity=cap, servers=["s0"], groups_needed=1, group_size=2,
+                        consumed_groups={"g0"})
+    assert s.lower_bound["critical_path_s"] == pytest.approx(4.0)  # 14 s path, 10 s before
+    assert s.lower_bound["groups_in_pool"] == 1
+    assert s.efficiency == pytest.approx(1.0)

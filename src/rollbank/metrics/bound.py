@@ -11,6 +11,11 @@ rate, ``X_p*`` prefill rate, ``S`` sandbox slots.
 - inference work  max(sum d / X_d*, sum p / X_p*) over the accepted trajectories;
 - sandbox work    sum o_i / S, o_i = L_i (a sandbox is held for at least the critical path).
 
+For a batch after the first, measured from the previous hand-off (``window_start``), a
+trajectory launched before that moment already had ``window_start - launched_at`` seconds of
+progress: its path and its sandbox work count only what can remain, ``max(0, L_i - head
+start)`` (a group carried over from the previous window can complete early in this one; without
+the correction the bound exceeded the measured time, efficiency > 1).
 T_LB is the maximum of the three; efficiency is T_LB / T_measured (<= 1 when the bound holds).
 When the capacity declares ``verifier_slots`` (verifiers are CPU-bound test suites and
 rollbank runs at most that many at once), a fourth term ``verifier_work = sum v_i / slots``
@@ -110,11 +115,22 @@ def critical_path(traj: Trajectory, cap: Capacity) -> float:
     return traj.sandbox_setup_s + prefill + decode + sum(tool_latencies(traj)) + traj.verify_s
 
 
-def group_paths(trajs: Iterable[Trajectory], cap: Capacity) -> dict[str, float]:
-    """Group critical path: a group completes when its slowest sibling does."""
+def remaining_path(traj: Trajectory, cap: Capacity, window_start: float | None = None) -> float:
+    """The part of L_i still ahead at ``window_start`` at the least: L_i minus the time since
+    the trajectory was launched (L_i itself without a window start, or when launched in it)."""
+    path = critical_path(traj, cap)
+    if window_start is None:
+        return path
+    return max(0.0, path - max(0.0, window_start - traj.launched_at))
+
+
+def group_paths(trajs: Iterable[Trajectory], cap: Capacity,
+                window_start: float | None = None) -> dict[str, float]:
+    """Group critical path: a group completes when its slowest sibling does (each sibling's
+    :func:`remaining_path` from ``window_start``)."""
     out: dict[str, float] = defaultdict(float)
     for t in trajs:
-        out[t.group_id] = max(out[t.group_id], critical_path(t, cap))
+        out[t.group_id] = max(out[t.group_id], remaining_path(t, cap, window_start))
     return dict(out)
 
 
@@ -124,19 +140,22 @@ def lower_bound(
     *,
     pool: Sequence[Trajectory] | None = None,
     groups_needed: int | None = None,
+    window_start: float | None = None,
 ) -> LowerBound:
     """T_LB for producing ``accepted`` (G complete groups), given the launched ``pool``.
 
     ``pool`` holds every *complete* group launched in the window (accepted or not); the path
     term is its G-th smallest group path. Without a pool the accepted groups are the pool.
+    ``window_start`` (the previous hand-off): paths and sandbox work count only what remains
+    of trajectories launched before it (module doc).
     """
     need = groups_needed if groups_needed is not None else len({t.group_id for t in accepted})
-    paths = sorted(group_paths(pool if pool is not None else accepted, cap).values())
+    paths = sorted(group_paths(pool if pool is not None else accepted, cap, window_start).values())
     path_term = 0.0 if not paths or need == 0 else paths[min(need, len(paths)) - 1]
     d = sum(decode_tokens(t) for t in accepted)
     p = sum(sum(uncached_prefill(t)) for t in accepted)
     inference = max(d / cap.decode_rate_max, p / cap.prefill_rate_max)
-    sandbox = sum(critical_path(t, cap) for t in accepted) / cap.sandbox_slots
+    sandbox = sum(remaining_path(t, cap, window_start) for t in accepted) / cap.sandbox_slots
     verifier = (sum(t.verify_s for t in accepted) / cap.verifier_slots
                 if cap.verifier_slots else 0.0)
     return LowerBound(path_term, inference, sandbox, len(paths), need, verifier)

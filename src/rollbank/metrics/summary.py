@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -152,11 +152,13 @@ def summarize_batch(
     sandbox_slots: int | None = None,
     extra: dict[str, Any] | None = None,
     staleness: Mapping[str, Any] | None = None,
+    consumed_groups: Collection[str] = (),
 ) -> BatchSummary:
     """Summarise one batch. ``seen`` is every trajectory that finished by ``t_end`` (the pool);
     with ``group_size`` only groups with that many finished siblings count for the path term.
     Without a ``capacity`` (servers not calibrated) there is no lower bound and no
-    utilisation of sandbox slots."""
+    utilisation of sandbox slots. ``consumed_groups``: groups handed over in earlier batches,
+    not candidates for this one (the path term's pool leaves them out)."""
     T = max(t_end - t_start, 0.0)
     finishes = [max(t.finished_at - t_start, 0.0) for t in accepted]
     # No accepted trajectory (an empty window): T90 = T100 = 0, tail share 0.
@@ -183,10 +185,12 @@ def summarize_batch(
     # Pool for the path term: every complete group that finished in the window.
     pool_groups: dict[str, list[Trajectory]] = {}
     for t in seen:
-        pool_groups.setdefault(t.group_id, []).append(t)
+        if t.group_id not in consumed_groups:
+            pool_groups.setdefault(t.group_id, []).append(t)
     complete = [g for g in pool_groups.values() if group_size is None or len(g) >= group_size]
     lb = None if capacity is None else lower_bound(
-        accepted, capacity, pool=[t for g in complete for t in g], groups_needed=groups_needed)
+        accepted, capacity, pool=[t for g in complete for t in g], groups_needed=groups_needed,
+        window_start=t_start)
     pool = [t for t in seen if t_start <= t.finished_at <= t_end]
     return BatchSummary(
         batch_index=batch_index,
