@@ -68,6 +68,8 @@ class LocalShellSession:
 
     async def _ensure(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:  # exited between commands: its pipes go with it
+                _close_pipes(self._proc)
             self._proc, self._kill, self._meter = await self._spawn()
             self._out = self._err = b""
             assert self._proc.stdin is not None
@@ -115,6 +117,11 @@ class LocalShellSession:
             if rc is None:
                 await self._kill()
                 code = await await_exit(proc, 5.0)
+                # This shell is done: close its pipes now (left to the garbage collector they
+                # lingered, 3 descriptors per ended shell, seen in the fault soak's drained fds).
+                _close_pipes(proc)
+                if self._proc is proc:
+                    self._proc = None
                 note = "" if timed_out else "\n[rollbank: the shell exited; a new one starts]\n"
                 so, st = out.text()
                 se, et = err.text()
@@ -181,13 +188,16 @@ class LocalShellSession:
     async def close(self) -> None:
         if self._proc is not None:
             await self._kill()
-            for pipe in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
+            _close_pipes(self._proc)
             await await_exit(self._proc, 5.0)
             self._proc = None
 
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 async def _nothing() -> None:
