@@ -28,7 +28,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +104,21 @@ def _own_cgroups() -> int:
     return sum(count_dirs(top) for top in owner_cgroup_dirs())
 
 
-def _fds() -> int:
-    """Open descriptors, not counting files of installed packages that a library keeps open
-    once for good (matplotlib's fonts, loaded by the first report)."""
-    n = 0
+def _counted_fds() -> Iterator[tuple[str, str]]:
+    """``(fd, target)`` of the open descriptors a soak counts: not files of installed packages
+    that a library keeps open once for good (matplotlib's fonts, loaded by the first report)."""
     for fd in Path("/proc/self/fd").iterdir():
         try:
-            n += "/site-packages/" not in str(fd.readlink())
+            target = str(fd.readlink())
         except OSError:
             continue
-    return n
+        if "/site-packages/" not in target:
+            yield fd.name, target
+
+
+def _fds() -> int:
+    """How many descriptors :func:`_counted_fds` counts."""
+    return sum(1 for _ in _counted_fds())
 
 
 def _socket_table() -> dict[str, str]:
@@ -147,13 +152,7 @@ def describe_fds() -> dict[str, Any]:
     sockets: dict[str, str] | None = None
     kinds: dict[str, int] = {}
     items: list[str] = []
-    for fd in sorted(Path("/proc/self/fd").iterdir(), key=lambda f: int(f.name)):
-        try:
-            target = str(fd.readlink())
-        except OSError:
-            continue
-        if "/site-packages/" in target:
-            continue
+    for fd, target in sorted(_counted_fds(), key=lambda ft: int(ft[0])):
         if target.startswith("socket:["):
             if sockets is None:
                 sockets = _socket_table()
@@ -165,7 +164,7 @@ def describe_fds() -> dict[str, Any]:
         else:
             what, kind = target, "file"
         kinds[kind] = kinds.get(kind, 0) + 1
-        items.append(f"{fd.name} {what}")
+        items.append(f"{fd} {what}")
     return {"by_kind": kinds, "fds": items}
 
 
