@@ -45,6 +45,7 @@ from rollbank.episodes.workload import TraceWorkload, make_workload
 from rollbank.errors import InputError
 from rollbank.extras import require
 from rollbank.inference_plane import InferencePlane, calibrate_plane, open_inference
+from rollbank.memory import release_freed_memory
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.events import EventLog, read_events
 from rollbank.metrics.progress import (
@@ -234,6 +235,9 @@ async def collect(
                 if on_batch is not None:
                     await on_batch(batch, path)
                 driver.ack(path)  # written: its groups are consumed (exactly-once hand-off)
+                # the batch's buffers are freed now: hand the allocators' free pages back, or
+                # RSS climbs to their high-water mark over a long run (rollbank.memory)
+                await asyncio.to_thread(release_freed_memory)
                 log.record("batch_written", clock.now(), batch_index=batch.index, path=path,
                            time_to_batch_s=s.time_to_batch_s, efficiency=s.efficiency)
                 if isinstance(progress, PlainProgress):

@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "rollbank"
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
     ("extras",),
-    ("clock", "signals"),
+    ("clock", "signals", "memory"),
     ("config",),
     ("quantiles",),
     ("sandbox", "inference", "routing"),

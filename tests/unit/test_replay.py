@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -161,3 +162,30 @@ async def test_replay_decides_the_outcome_again(tmp_path: Path) -> None:
     path.write_text(json.dumps(rec))
     report = await _replay(path)
     assert report["outcome_match"] is False and report["ok"] is False
+
+
+async def test_cancelled_while_the_shell_closes_the_replay_sandbox_is_still_closed(
+        tmp_path: Path) -> None:
+    # As in the runner (test_runner.py, the fault soak's lingering sandbox): a replay aborted
+    # while its shell is closing (a frozen shell takes seconds to go) must still close the
+    # sandbox, not leave it alive until the backend closes.
+    path = await _record(tmp_path, SOLVE, "DONE")
+    entered, hold = asyncio.Event(), asyncio.Event()
+
+    async def hanging_close() -> None:
+        entered.set()
+        await hold.wait()
+
+    backend = FakeBackend(files={"/app/.keep": b""}, shell_close=hanging_close)
+    async with WarmPool(backend) as pool:
+        replay = asyncio.create_task(replay_episode(
+            load_episode(path), task=make_task(), source=WarmSource(pool, fake_spec(("L1",))),
+            verifier=FileVerifier(), harness=FencedShellHarness()))
+        waiting = asyncio.ensure_future(entered.wait())
+        await asyncio.wait({replay, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        assert entered.is_set(), "the replay ended without closing a shell"
+        replay.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await replay
+        assert backend.started and not backend.live
+        hold.set()

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rollbank.bench.routing import apply_defaults, parse_router_config, policy_variant
+from rollbank.bench.routing import (
+    apply_defaults,
+    merged_report,
+    parse_router_config,
+    policy_variant,
+)
 from rollbank.bench.routing_peers import session_key
-from rollbank.bench.routing_report import merge_rounds, move_diagnosis, summarize
+from rollbank.bench.routing_report import merge_rounds, merge_runs, move_diagnosis, summarize
 from rollbank.bench.routing_workload import (
     ArmResult,
     RequestRecord,
@@ -194,3 +201,41 @@ def test_move_diagnosis_compares_in_flight_with_live_conversations() -> None:
     m = merge_rounds([{**arm("x", "rollbank", 0, 0.5, 1.0), "affinity_move_detail": moves},
                       {**arm("x", "rollbank", 0, 0.5, 1.0), "affinity_move_detail": []}])
     assert "affinity_move_detail" not in m and m["rounds"]["affinity_move_detail"] == [moves, []]
+
+
+def _run(walls: list[float], p95s: list[float], workload: dict[str, Any]) -> dict[str, Any]:
+    ours = timed("rollbank:cache_aware", "rollbank", walls, p95s, 0.83)
+    ours["engine_ttft_p50_s"], ours["ttft_p50_s"] = 0.05, 0.25
+    ours["rounds"]["ttft_p50_s"] = [0.25] * len(walls)
+    peer = timed("vllm-router:p", "peer", [8.0] * len(walls), [0.7] * len(walls), 0.83)
+    return {"bench": "routing", "engine": "vllm", "model": "tiny", "servers": 2,
+            "workload": workload, "repeats": len(walls), "arms": [ours, peer],
+            "summary": summarize([ours, peer])}
+
+
+def test_merge_runs_pools_every_round_and_refuses_another_workload(tmp_path: Path) -> None:
+    # one run loses on wall (median 9 > 8), the other wins (median 7): pooled over all six
+    # rounds the median is 7.0, and the pooled p95 (0.7) is judged the same way
+    a = _run([9.0, 9.5, 1.0], [0.9, 0.9, 0.9], {"groups": 8})
+    b = _run([7.0, 7.0, 6.0], [0.5, 0.5, 0.5], {"groups": 8})
+    assert a["summary"]["target_wall_le_fastest_peer"] is False
+    pooled = {x["name"]: x for x in merge_runs([a, b])}
+    ours = pooled["rollbank:cache_aware"]
+    assert ours["rounds"]["wall_s"] == [9.0, 9.5, 1.0, 7.0, 7.0, 6.0]
+    assert ours["wall_s"] == 7.0 and ours["ttft_p95_s"] == 0.7
+    paths = []
+    for i, run in enumerate((a, b)):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    report = merged_report(paths)
+    assert report["repeats"] == 6 and len(report["runs"]) == 2
+    s = report["summary"]
+    assert s["target_wall_le_fastest_peer"] is True and s["target_ttft_p95_le_best_peer"] is True
+    assert s["cache_aware_ttft_outside_engine_share_p50"] == 0.8  # 1 - 0.05 / 0.25
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(_run([1.0], [0.1], {"groups": 4})))
+    with pytest.raises(ValueError, match="workload differs"):
+        merged_report([paths[0], other])
+    (tmp_path / "bad.json").write_text(json.dumps({"bench": "collect"}))
+    with pytest.raises(ValueError, match=r"bad\.json: not a `rollbank bench routing` JSON"):
+        merged_report([tmp_path / "bad.json"])

@@ -26,12 +26,12 @@ import argparse
 import functools
 import json
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rollbank.bench.routing_engines import ENGINES
-from rollbank.bench.routing_report import merge_rounds, move_diagnosis, summarize
+from rollbank.bench.routing_report import merge_rounds, merge_runs, move_diagnosis, summarize
 
 DEFAULT_POLICIES = "round_robin,least_loaded,sticky,cache_aware"
 DEFAULT_PEERS = (
@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--kv-cache-gib", type=float, default=1.0, help="vllm: VLLM_CPU_KVCACHE_SPACE per server")
     a("--repeats", type=int, default=3, help="rounds over all arms (order rotated); medians")
     a("--out", type=Path, default=None, help="also write the JSON object to this file")
+    a("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+      help="run nothing: pool the rounds of these earlier runs' JSON (same engine and "
+      "workload) and judge the targets over all of them")
     a("--timeline", type=Path, default=None,
       help="write every arm-round's per-request timeline and queue depth (JSON lines) here")
 
@@ -127,9 +130,47 @@ def parse_router_config(text: str) -> dict[str, Any]:
     return out
 
 
+def merged_report(paths: Sequence[Path]) -> dict[str, Any]:
+    """``--merge``: the runs' rounds pooled per arm (:func:`merge_runs`) and judged again.
+    Runs of another engine, model or workload than the first are refused (ValueError)."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    first = runs[0]
+    for path, r in zip(paths, runs, strict=True):
+        if r.get("bench") != "routing":
+            raise ValueError(f"{path}: not a `rollbank bench routing` JSON (bench={r.get('bench')!r})")
+        for key in ("engine", "model", "profile", "servers", "workload"):
+            if r.get(key) != first.get(key):
+                raise ValueError(f"{path}: {key} differs from {paths[0]}'s; only runs of one "
+                                 "workload on one fleet can be pooled")
+    arms = merge_runs(runs)
+    return {
+        "bench": "routing", "merged_from": [str(p) for p in paths],
+        **{k: first[k] for k in ("engine", "model", "profile", "servers", "workload") if k in first},
+        "repeats": sum(int(r.get("repeats", 0)) for r in runs),
+        "runs": [{"file": str(p), "repeats": r.get("repeats"), "host": r.get("host"),
+                  "summary": r.get("summary")} for p, r in zip(paths, runs, strict=True)],
+        "sources": {**first.get("sources", {}),
+                    "medians": "every round of every run pooled per arm: round fields are the "
+                               "median over all rounds, other numbers the median of the runs' "
+                               "medians weighted by their rounds"},
+        "arms": arms,
+        "summary": summarize(arms),
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    if args.merge:
+        try:
+            report = merged_report(args.merge)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"bench routing --merge: {exc}", file=sys.stderr)
+            return 3
+        print(json.dumps(report, indent=2))
+        if args.out is not None:
+            args.out.write_text(json.dumps(report, indent=2) + "\n")
+        return 0
     apply_defaults(args)
     if args.servers < 2:
         print("bench routing needs --servers >= 2", file=sys.stderr)

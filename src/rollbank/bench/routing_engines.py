@@ -6,8 +6,11 @@ resets between arms), the id range prompts may use, the KV block size (the route
 same blocks) and the model name a peer router must ask for. Both kinds speak the vLLM HTTP API,
 so every arm, rollbank's and the peers', runs unchanged on either.
 
-- ``vllm``: :class:`~rollbank.inference.server.ManagedServers` with ``--model`` (CPU here: the
-  servers share the host's cores, so "balance" does not add compute).
+- ``vllm``: :class:`~rollbank.inference.server.ManagedServers` with ``--model`` (CPU: each
+  engine's OpenMP threads are bound to their own cores by the host plan, one core each on a
+  2-core host, but every server's HTTP front end and engine-core process, the client and any
+  peer router float over the same cores; the summary says how much of the time to first token
+  is spent outside the engine).
 - ``accel-sim``: :class:`~rollbank.bench.accelsim.process.AccelSimServers` with ``--profile``
   (each process an independent emulated accelerator with its own step loop and finite prefix
   cache; almost no CPU).

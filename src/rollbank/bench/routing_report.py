@@ -9,6 +9,10 @@ fields per round) and :func:`summarize` (the targets, judged on the medians):
   lowest peer p95 (each the median over rounds); ``rounds_won`` counts the rounds where it
   also won pairwise (same round, so host drift hits both alike).
 
+:func:`merge_runs` pools the rounds of several runs of one workload (``--merge``), so the
+targets can be judged over more rounds than one run holds. The summary also says where the
+time to first token goes: the engine's part and the share of the median outside it.
+
 And :func:`move_diagnosis`: where an arm's affinity moves came from (in-flight vs live
 conversations per server at each move).
 """
@@ -55,6 +59,32 @@ def _pairwise_wins(ours: dict[str, Any], peer: dict[str, Any], key: str) -> int 
         return None
     return sum(1 for x, y in zip(a, b, strict=False)
                if x is not None and y is not None and x <= y)
+
+
+def _outside_share(arm: dict[str, Any]) -> float | None:
+    """Share of the median client time to first token spent outside the engine."""
+    client, engine = arm.get("ttft_p50_s"), arm.get("engine_ttft_p50_s")
+    if not client or engine is None:
+        return None
+    return round(max(0.0, 1.0 - float(engine) / float(client)), 3)
+
+
+def merge_runs(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Arms of several runs of one workload pooled round by round: each arm's round fields over
+    every round of every run (medians over all of them), its other numbers the median over runs
+    weighted by their rounds. An arm missing from a run is pooled over the runs that have it."""
+    pooled: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for arm in run["arms"]:
+            per_round = arm.get("rounds") or {}
+            n = len(per_round.get("wall_s") or [None])
+            base = {k: v for k, v in arm.items() if k != "rounds"}
+            for i in range(n):
+                row = dict(base)
+                for k, values in per_round.items():
+                    row[k] = values[i] if i < len(values) else None
+                pooled.setdefault(arm["name"], []).append(row)
+    return [merge_rounds(rows) for rows in pooled.values()]
 
 
 def summarize(arms: list[dict[str, Any]], name: str = "rollbank:cache_aware") -> dict[str, Any]:
@@ -107,6 +137,11 @@ def summarize(arms: list[dict[str, Any]], name: str = "rollbank:cache_aware") ->
         out["cache_aware_ttft_p95_s"] = ours["ttft_p95_s"]
         out["target_ttft_p95_le_best_peer"] = ours["ttft_p95_s"] <= best_t["ttft_p95_s"]
         out["rounds_ttft_p95_le_best_peer"] = _pairwise_wins(ours, best_t, "ttft_p95_s")
+        # where the time to first token goes: the engine's own part (arrival at the engine to
+        # first token) vs the rest (client, HTTP front end, host scheduling)
+        for label, arm in (("cache_aware", ours), ("best_ttft_peer", best_t)):
+            out[f"{label}_engine_ttft_p95_s"] = arm.get("engine_ttft_p95_s")
+            out[f"{label}_ttft_outside_engine_share_p50"] = _outside_share(arm)
     keys = ("target_wall_le_fastest_peer", "target_ttft_p95_le_best_peer",
             "target_hit_rate_matches_best_peer")
     if all(k in out for k in keys):

@@ -51,7 +51,7 @@ from rollbank.episodes.harnesses import ActionKind, Harness
 from rollbank.episodes.outcome import EpisodeOutcome
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.steps import StepRun, run_sequence
-from rollbank.episodes.tools import ToolExecutor
+from rollbank.episodes.tools import ToolExecutor, close_quietly
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import InputError, SandboxError
 from rollbank.sandbox.protocol import Sandbox
@@ -222,46 +222,50 @@ async def replay_episode(
     executor = ToolExecutor(acq.sandbox, step_timeout_s=runner.step_timeout_s,
                             use_shell=runner.use_shell, workdir=record.workdir or acq.workdir,
                             budget_s=runner.episode_budget_s or task.agent_timeout_s)
-    if task.multi_step and record.task_steps:  # each step replayed and verified in turn
-        try:
+    try:  # the sandbox is closed even if the shell's close fails or is cancelled
+        if task.multi_step and record.task_steps:  # each step replayed and verified in turn
             decided = await _replay_steps(report, judge, record, task, acq.sandbox, executor,
                                           harness, verifier, record.workdir or acq.workdir)
             report.outcome_replayed = _brief(decided)
             report.reward_replayed = decided.reward
-        finally:
-            await executor.close()
-            await acq.sandbox.close()
-        return report
+            return report
+        await _replay_single(report, judge, record, task, acq.sandbox, executor, harness,
+                             verifier)
+    finally:
+        await close_quietly(executor, acq.sandbox)
+    return report
+
+
+async def _replay_single(report: ReplayReport, judge: Counterfactual, record: EpisodeFile,
+                         task: Task, sandbox: Sandbox, executor: ToolExecutor, harness: Harness,
+                         verifier: Verifier) -> None:
+    """A single-step episode: the recorded turns replayed, then the ending decided again."""
+    runner, outcome = record.runner, record.outcome
     recorded_end = outcome.loop_end if outcome else None
     end = LoopEnd(recorded_end) if recorded_end in set(LoopEnd) else None
     evidence: dict[str, Any] = {"replay": True}
     try:
         for step in record.steps:
             report.steps.append(await _replay_step(step, harness, executor))
-        if not acq.sandbox.alive and end is not None and end in VERIFIABLE:
+        if not sandbox.alive and end is not None and end in VERIFIABLE:
             end = LoopEnd.SANDBOX_DIED
         if end is not None and end in VERIFIABLE:
             await executor.close()
     except SandboxError as exc:
         report.error = f"sandbox died during replay: {exc}"
         end, evidence = LoopEnd.SANDBOX_DIED, {"replay": True, "error": str(exc)}
-    try:
-        if end is not None:
-            spec = ReplaySpec(tuple(harness.parse(s.model_text).commands for s in record.steps),
-                              step_timeout_s=runner.step_timeout_s, use_shell=runner.use_shell,
-                              workdir=record.workdir,
-                              budget_s=runner.episode_budget_s or task.agent_timeout_s)
-            decided = await _decide(judge, end, evidence, record, task, acq.sandbox, verifier,
-                                    spec)
-            report.outcome_replayed = _brief(decided)
-            if end in VERIFIABLE:
-                report.reward_replayed = decided.reward
-                err = decided.evidence.get("verifier_error")
-                report.verifier_error = err if isinstance(err, str) else None
-    finally:
-        await executor.close()
-        await acq.sandbox.close()
-    return report
+    if end is None:
+        return
+    spec = ReplaySpec(tuple(harness.parse(s.model_text).commands for s in record.steps),
+                      step_timeout_s=runner.step_timeout_s, use_shell=runner.use_shell,
+                      workdir=record.workdir,
+                      budget_s=runner.episode_budget_s or task.agent_timeout_s)
+    decided = await _decide(judge, end, evidence, record, task, sandbox, verifier, spec)
+    report.outcome_replayed = _brief(decided)
+    if end in VERIFIABLE:
+        report.reward_replayed = decided.reward
+        err = decided.evidence.get("verifier_error")
+        report.verifier_error = err if isinstance(err, str) else None
 
 
 async def _replay_steps(report: ReplayReport, judge: Counterfactual, record: EpisodeFile,
