@@ -7,8 +7,9 @@ sandboxes in a warm pool and fake inference servers.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,3 +125,28 @@ def fake_spec(hashes: tuple[str, ...]) -> SpecOf:
         return spec_for(task, None), hashes
 
     return spec_of
+
+
+def hanging_shell_close() -> tuple[asyncio.Event, asyncio.Event, Callable[[], Awaitable[None]]]:
+    """A shell close that hangs (a frozen shell's): ``entered`` is set when a close starts,
+    which then waits for ``hold``; pass the callable as ``FakeBackend(shell_close=...)``."""
+    entered, hold = asyncio.Event(), asyncio.Event()
+
+    async def close() -> None:
+        entered.set()
+        await hold.wait()
+
+    return entered, hold, close
+
+
+async def cancel_while_closing(task: asyncio.Task[Any], entered: asyncio.Event) -> None:
+    """Wait until ``task`` is closing a shell, cancel it there, and see it end cancelled."""
+    waiting = asyncio.ensure_future(entered.wait())
+    await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    assert entered.is_set(), "it ended without closing a shell"
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        return
+    raise AssertionError("the task was not cancelled")

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from episode_rig import FileVerifier, fake_spec, make_task, script
+from episode_rig import (
+    FileVerifier,
+    cancel_while_closing,
+    fake_spec,
+    hanging_shell_close,
+    make_task,
+    script,
+)
 
 from rollbank.clock import FakeClock
 from rollbank.episodes.config import RunnerConfig
@@ -170,22 +177,12 @@ async def test_cancelled_while_the_shell_closes_the_replay_sandbox_is_still_clos
     # while its shell is closing (a frozen shell takes seconds to go) must still close the
     # sandbox, not leave it alive until the backend closes.
     path = await _record(tmp_path, SOLVE, "DONE")
-    entered, hold = asyncio.Event(), asyncio.Event()
-
-    async def hanging_close() -> None:
-        entered.set()
-        await hold.wait()
-
+    entered, hold, hanging_close = hanging_shell_close()
     backend = FakeBackend(files={"/app/.keep": b""}, shell_close=hanging_close)
     async with WarmPool(backend) as pool:
         replay = asyncio.create_task(replay_episode(
             load_episode(path), task=make_task(), source=WarmSource(pool, fake_spec(("L1",))),
             verifier=FileVerifier(), harness=FencedShellHarness()))
-        waiting = asyncio.ensure_future(entered.wait())
-        await asyncio.wait({replay, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        assert entered.is_set(), "the replay ended without closing a shell"
-        replay.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await replay
+        await cancel_while_closing(replay, entered)
         assert backend.started and not backend.live
         hold.set()

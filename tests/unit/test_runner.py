@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from episode_rig import FileVerifier, rig, script
+from episode_rig import FileVerifier, cancel_while_closing, hanging_shell_close, rig, script
 
 from rollbank.clock import FakeClock
 from rollbank.episodes.config import RunnerConfig
@@ -179,12 +179,7 @@ async def test_cancelled_while_the_shell_closes_the_sandbox_is_still_closed() ->
     # runner bug; in the soak a stalled/frozen sandbox or an engine fault) closes its shell
     # first; a frozen shell's close waits for it to exit, and an abort of the attempt landing
     # then must not skip the sandbox's close (it stayed alive until the backend closed).
-    entered, hold = asyncio.Event(), asyncio.Event()
-
-    async def hanging_close() -> None:
-        entered.set()
-        await hold.wait()
-
+    entered, hold, hanging_close = hanging_shell_close()
     solve = script(SOLVE)
 
     def respond(req: GenerateRequest) -> str:
@@ -195,13 +190,7 @@ async def test_cancelled_while_the_shell_closes_the_sandbox_is_still_closed() ->
 
     async with rig(respond, backend=FakeBackend(files={"/app/.keep": b""},
                                                 shell_close=hanging_close)) as r:
-        task = asyncio.create_task(r.run())
-        waiting = asyncio.ensure_future(entered.wait())
-        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        assert entered.is_set(), "the episode ended without closing a shell"
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancel_while_closing(asyncio.create_task(r.run()), entered)
         assert r.backend.started and not r.backend.live
         hold.set()
 
