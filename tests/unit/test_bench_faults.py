@@ -196,6 +196,33 @@ def test_an_attempt_hit_by_engine_collateral_is_confounded_not_judged() -> None:
     assert not v.observed and by_kind([v])["model_timeout"]["confounded"] == 1
 
 
+
+def test_a_connection_lost_while_its_servers_port_was_down_is_confounded() -> None:
+    # regression (s9 30-minute soak, the one misattribution in 1972): a model timeout's
+    # attempt ended infra_failure/inference_error with "connection lost" (its request reset
+    # in the closing listener's backlog when another attempt took the port down, so the
+    # proxy never saw it and the client never said "cannot connect"); judged as the model
+    # timeout's outcome. The port-down window on its server decides, not the message.
+    from rollbank.bench.faults.checks import confounder
+    from rollbank.episodes.spans import Span, add_span
+
+    t = _traj(0, Reason.INFERENCE_ERROR, None)
+    t.outcome = EpisodeOutcome.of(Reason.INFERENCE_ERROR, turn=2, server="http://127.0.0.1:9",
+                                  error="ServerUnreachableError: POST /v1/completions: "
+                                  "connection lost: RemoteProtocolError('Server disconnected')")
+    add_span(t, Span("inference", 100.0, 101.0, t.trajectory_id, server="http://127.0.0.1:9"))
+    add_span(t, Span("exec", 101.0, 104.0, t.trajectory_id))  # then the failing request
+    add_span(t, Span("episode", 99.0, 105.5, t.trajectory_id))
+    assert confounder(t, set()) is None  # no window known: judged
+    down = [("http://127.0.0.1:9", 104.2, 106.2)]
+    assert confounder(t, set(), down) == "server port down for another attempt"
+    assert confounder(t, set(), [("http://127.0.0.1:8", 104.2, 106.2)]) is None  # other server
+    assert confounder(t, set(), [("http://127.0.0.1:9", 90.0, 103.9)]) is None  # over before
+    assert confounder(t, set(), [("http://127.0.0.1:9", 105.0, float("inf"))]) is not None
+    wrong = _traj(1, Reason.STEP_TIMEOUT, None)  # a model's own ending is never confounded
+    add_span(wrong, Span("episode", 99.0, 105.5, wrong.trajectory_id))
+    assert confounder(wrong, set(), down) is None
+
 def test_a_sandbox_fault_joins_the_run_it_landed_on() -> None:
     # regression (full campaign run): joined to the slot's first run, so a fault that landed
     # on the retry (the first run died earlier of a port down) was judged on the wrong run
@@ -241,3 +268,53 @@ async def test_a_sandbox_gone_before_its_fault_landed_is_a_miss_not_an_injector_
         sb = SimpleNamespace(alive=alive, anchor_pid=no_such_pid, sandbox_id="b1")
         await src.land(sb, FaultKind.DISK_FULL, 7)  # type: ignore[arg-type]
         assert (src.missed, len(src.errors), log.items) == (missed, errors, [])
+
+
+async def test_the_proxy_keeps_each_port_down_window_on_the_collectors_clock() -> None:
+    import asyncio
+    import time
+
+    from rollbank.bench.faults.inject import FaultLog
+    from rollbank.bench.faults.kinds import FaultSchedule
+    from rollbank.bench.faults.proxy import DOWN_S, FaultProxy
+
+    async def restart(i: int) -> tuple[str, int]:
+        raise AssertionError("no engine is restarted here")
+
+    proxy = FaultProxy([("127.0.0.1", 9)], FaultSchedule(0, 0.0), FaultLog(), base_seed=0,
+                       restart=restart, kill=lambda i: None)
+    async with proxy:
+        url = proxy.urls[0]
+        t0 = time.monotonic()
+        down = asyncio.ensure_future(proxy._down(0))
+        await asyncio.sleep(0.1)
+        [(u, start, end)] = proxy.down_intervals()  # still down: open-ended
+        assert u == url and t0 <= start <= time.monotonic() and end == float("inf")
+        await down
+        [(u, start, end)] = proxy.down_intervals()
+        assert u == url and end - start >= DOWN_S and end <= time.monotonic()
+        assert proxy.urls[0] == url  # the same port again
+
+
+def test_a_misattribution_keeps_its_infra_evidence() -> None:
+    import argparse
+
+    from rollbank.bench.faults.report import summarize as summarize_campaign
+
+    t = _traj(0, Reason.INFERENCE_ERROR, None)
+    t.outcome = EpisodeOutcome.of(Reason.INFERENCE_ERROR, turn=1, server="http://s",
+                                  error="connection lost" + "x" * 500)
+    v = verdict(FaultKind.MODEL_TIMEOUT, t)
+    assert v.evidence == {"error": ("connection lost" + "x" * 500)[:300], "server": "http://s",
+                          "turn": "1"}
+    assert verdict(FaultKind.MODEL_TIMEOUT, _traj(1, Reason.STEP_TIMEOUT, None)).evidence == {}
+    phase = {"verdicts": [v], "clean": {"unexplained": [], "attempts": 0, "trainable": 0,
+                                        "collateral_inference_error": 0},
+             "errors": [], "rounds": [], "injector_errors": [], "injector_missed": 0,
+             "proxy": {}, "engine": {}, "seconds": 0.0, "kill_phase_s": 0.0}
+    from rollbank.bench import faults
+
+    parser = argparse.ArgumentParser()
+    faults.add_arguments(parser)
+    report = summarize_campaign(phase, {}, parser.parse_args([]))
+    assert report["misattributed"][0]["evidence"]["server"] == "http://s"

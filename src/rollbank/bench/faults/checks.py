@@ -21,6 +21,7 @@ from typing import Any
 from rollbank.batching.advantages import AdvantageConfig, grpo_advantages, is_valid, reward_of
 from rollbank.batching.batch import GroupResult
 from rollbank.bench.faults.kinds import EXPECT, FaultKind, Via
+from rollbank.episodes.spans import SPANS_KEY
 from rollbank.episodes.trajectory import Trajectory
 
 
@@ -36,6 +37,9 @@ class Verdict:
     #: why the outcome says nothing about this fault: another fault hit the attempt first
     #: (an engine killed with its request in flight, a port down) -- reported, not judged
     confounded: str | None = None
+    #: the infra outcome's own evidence (error, server, turn), so a misattribution in a long
+    #: run can be read afterwards (its run folder is gone by then)
+    evidence: dict[str, str] = field(default_factory=dict)
 
     @property
     def observed(self) -> bool:
@@ -53,14 +57,24 @@ class Verdict:
 
 def verdict(kind: FaultKind, traj: Trajectory | None, **detail: Any) -> Verdict:
     o = traj.outcome if traj is not None else None
+    keys: tuple[str, ...] = ("error", "server", "turn")
+    evidence = ({k: str(o.evidence[k])[:300] for k in keys if k in o.evidence}
+                if o is not None and o.outcome.value == "infra_failure" else {})
     return Verdict(kind, traj.trajectory_id if traj is not None else detail.pop("attempt_id", None),
-                   o.outcome.value if o else None, o.reason.value if o else None, detail)
+                   o.outcome.value if o else None, o.reason.value if o else None, detail,
+                   evidence=evidence)
 
 
-def confounder(traj: Trajectory | None, collateral: set[str]) -> str | None:
+def confounder(traj: Trajectory | None, collateral: set[str],
+               down: Sequence[tuple[str, float, float]] = ()) -> str | None:
     """An engine-side collateral failure that ended the attempt before its own fault could
     show: its request was in flight on an engine the campaign killed (the proxy saw it), or
-    its server's port was down (the client could not connect)."""
+    its server's port was down (the client could not connect) when the failing request went
+    out. ``down``: ``(server, start, end)`` port-down windows on the collector's clock; the
+    failing request went out between the end of the attempt's last finished span and the end
+    of its episode, so a window overlapping that on its server confounds it, whatever the
+    client's error said (refused by the closed port, or reset in the closing listener's
+    backlog before the proxy read it)."""
     o = traj.outcome if traj is not None else None
     if traj is None or o is None or o.reason.value != "inference_error":
         return None
@@ -68,7 +82,24 @@ def confounder(traj: Trajectory | None, collateral: set[str]) -> str | None:
         return "request in flight on an engine killed for another attempt"
     if "cannot connect" in str(o.evidence.get("error", "")):
         return "server port down for another attempt"
+    when = _failure_interval(traj)
+    server = o.evidence.get("server")
+    if when is not None and server is not None and any(
+            url == server and start <= when[1] and when[0] <= end for url, start, end in down):
+        return "server port down for another attempt"
     return None
+
+
+def _failure_interval(traj: Trajectory) -> tuple[float, float] | None:
+    """When an attempt's failing request can have gone out: after its last finished span,
+    before its episode ended (None without an episode span)."""
+    spans = traj.meta.get(SPANS_KEY, [])
+    episode = [s for s in spans if s.get("kind") == "episode"]
+    if not episode:
+        return None
+    lo = max((float(s["end"]) for s in spans if s.get("kind") != "episode"),
+             default=float(episode[-1]["start"]))
+    return lo, float(episode[-1]["end"])
 
 
 def may_be_confounded(kind: FaultKind) -> bool:

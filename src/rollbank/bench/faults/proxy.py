@@ -11,7 +11,9 @@ the slot only: ``r0``), the proxy instead
 - ``engine_killed``: forwards, then SIGKILLs the engine process before it answers, resets
   the client, and restarts the engine (the proxy follows it to its new port; requests that
   arrive meanwhile wait for it, as behind a supervisor that restarts its engine);
-- ``target_down``: resets the client and closes this target's port for :data:`DOWN_S` s.
+- ``target_down``: resets the client and closes this target's port for :data:`DOWN_S` s
+  (each window's start and end are kept: :meth:`FaultProxy.down_intervals`; a connection
+  caught in the closing listener's backlog is reset before the proxy ever reads it).
 
 Requests that fail because a target is down or restarting are *collateral* (recorded with
 their attempt id), not injected faults.
@@ -25,6 +27,7 @@ import json
 import re
 import socket
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -88,6 +91,7 @@ class FaultProxy:
         self.down: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.windows: list[dict[str, Any]] = []
+        self._down_since: dict[int, float] = {}  # target -> when its port went down (monotonic)
         self.ready = [asyncio.Event() for _ in upstreams]
         for e in self.ready:
             e.set()
@@ -95,6 +99,14 @@ class FaultProxy:
     def collateral_attempts(self) -> set[str]:
         """Attempt ids of the requests that failed as collateral."""
         return {str(c["request_id"]).rsplit("/", 1)[0] for c in self.collateral if c["request_id"]}
+
+    def down_intervals(self) -> list[tuple[str, float, float]]:
+        """``(url, start, end)`` of every port-down window, on ``time.monotonic()`` (the
+        collector's clock); one still open ends at infinity."""
+        urls = self.urls
+        out = [(urls[w["target"]], w["t0"], w["t1"]) for w in self.windows
+               if w["what"] == "port down"]
+        return out + [(urls[i], t0, float("inf")) for i, t0 in self._down_since.items()]
 
     @property
     def urls(self) -> list[str]:
@@ -234,9 +246,12 @@ class FaultProxy:
         if srv is None or i in self.down:
             return
         self.down.add(i)
+        self._down_since[i] = t0 = time.monotonic()
         srv.close()
         await srv.wait_closed()
         await asyncio.sleep(DOWN_S)
         await self._listen(i)
         self.down.discard(i)
-        self.windows.append({"target": i, "what": "port down", "s": DOWN_S})
+        del self._down_since[i]
+        self.windows.append({"target": i, "what": "port down", "s": DOWN_S,
+                             "t0": t0, "t1": time.monotonic()})

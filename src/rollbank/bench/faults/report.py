@@ -28,7 +28,8 @@ def summarize(phase: dict[str, Any], leaks: dict[str, Any], args: argparse.Names
     verdicts = phase["verdicts"]
     kinds = by_kind(verdicts)
     observed = [v for v in verdicts if v.observed]
-    wrong = [{**v.to_dict(), "known_limit": KNOWN_LIMITS.get((v.kind, f"{v.outcome}/{v.reason}"))}
+    wrong = [{**v.to_dict(), "known_limit": KNOWN_LIMITS.get((v.kind, f"{v.outcome}/{v.reason}")),
+              **({"evidence": v.evidence} if v.evidence else {})}
              for v in observed if not v.correct]
     new = [w for w in wrong if w["known_limit"] is None]
     unexplained = phase["clean"]["unexplained"]

@@ -152,7 +152,8 @@ async def run_round(rig: Rig, args: argparse.Namespace, out: Path, r: int) -> Ro
     errs = rnd.batch_errors + check_ledger(res.ledger, res.trajectories, launched)
     windows = (bool(rig.proxy.collateral) or len(rig.proxy.windows) > windows_before
                or bool(rig.proxy.down))
-    vs, clean = verdicts(rnd, rig.log, start, rig.schedule, windows, rig.proxy.collateral_attempts())
+    vs, clean = verdicts(rnd, rig.log, start, rig.schedule, windows,
+                         rig.proxy.collateral_attempts(), rig.proxy.down_intervals())
     row = {"round": r, "seed": seed, "s": round(time.monotonic() - tr, 1),
            "batches": len(res.batches), "groups_checked": rnd.groups,
            "attempts": len(res.trajectories), "faults": len(vs),

@@ -3,6 +3,7 @@ outcome, and the tally of attempts that got no fault (shared by the campaign and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +51,15 @@ def _run_in(trajs: list[Trajectory], seed: int, sandbox: object) -> Trajectory |
 
 
 def verdicts(rnd: Round, log: FaultLog, start: int, schedule: FaultSchedule,
-             windows: bool, collateral: set[str]) -> tuple[list[Verdict], dict[str, Any]]:
-    """Every fault of the round with its attempt's outcome, and the clean attempts' tally."""
+             windows: bool, collateral: set[str],
+             down: Sequence[tuple[str, float, float]] = ()) -> tuple[list[Verdict], dict[str, Any]]:
+    """Every fault of the round with its attempt's outcome, and the clean attempts' tally
+    (``collateral`` and ``down``: see :func:`~rollbank.bench.faults.checks.confounder`)."""
     out = _verdicts(rnd, log, start, schedule, windows)
     by_id = {t.trajectory_id: t for t in rnd.trajectories}
     for v in out[0]:
         if may_be_confounded(v.kind) and v.attempt_id is not None:
-            v.confounded = confounder(by_id.get(v.attempt_id), collateral)
+            v.confounded = confounder(by_id.get(v.attempt_id), collateral, down)
     return out
 
 
