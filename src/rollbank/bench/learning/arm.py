@@ -129,11 +129,13 @@ class ArmRunner:
         old = behaviour_logprobs(self.store, batch, [x.version for x in samples])
         return replace(batch, old_logprobs=old)
 
-    def _gate(self, samples: list[Sample], batch: TensorBatch, step: int,
-              seed: int) -> tuple[list[Sample], dict[str, float], dict[str, Any], dict[str, Any]]:
+    def _gate(self, samples: list[Sample], batch: TensorBatch, step: int, seed: int
+              ) -> tuple[list[Sample], dict[str, float], dict[str, Any], dict[str, Any],
+                         RecomputeScoring | None]:
         """Judge every group; re-sample retried slots with the current version. Returns the
         final samples, the gate weight per kept trajectory id (1 if absent), the gate's
-        counts and the divergence of the batch before the gate."""
+        counts, the divergence of the batch before the gate, and the batch's scoring when
+        no slot was re-sampled (the batch is then unchanged: no second recompute)."""
         current = self.trainer.logprobs(batch)
         scoring = recompute_scoring(batch, current, current_version=step, config=self.staleness)
         g = self.s.group_size
@@ -158,7 +160,7 @@ class ArmRunner:
                 weights[i] = 1.0
         counts = step_counts.to_dict()
         return (out, {batch.trajectory_ids[i]: w for i, w in weights.items()}, counts,
-                _record_divergence(scoring))
+                _record_divergence(scoring), None if retry else scoring)
 
     def evaluate(self, version: int) -> dict[str, Any]:
         """Eval of ``version`` on the fixed task set: ``sampled_solve_rate`` (one sample per
@@ -197,10 +199,14 @@ class ArmRunner:
             gate_counts: dict[str, Any] | None = None
             pre: dict[str, Any] | None = None
             if spec.gated:
-                samples, gate_w, gate_counts, pre = self._gate(samples, batch, step, seed)
-                batch = self._batch(samples, step)
-                scoring = recompute_scoring(batch, self.trainer.logprobs(batch),
-                                            current_version=step, config=self.staleness)
+                samples, gate_w, gate_counts, pre, unchanged = self._gate(samples, batch, step,
+                                                                          seed)
+                if unchanged is not None:
+                    scoring = unchanged
+                else:  # slots re-sampled: the batch changed, score it again
+                    batch = self._batch(samples, step)
+                    scoring = recompute_scoring(batch, self.trainer.logprobs(batch),
+                                                current_version=step, config=self.staleness)
                 gw = torch.tensor([gate_w.get(t, 1.0) for t in batch.trajectory_ids])
                 batch = replace(scoring.with_weights(batch), gate_weight=gw)
             t2 = time.perf_counter()
