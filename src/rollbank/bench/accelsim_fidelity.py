@@ -54,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       "scales to it, then evaluate the fitted profile on the held-out trace (seed) in the same "
       "run, so both see the host's current load (this 2-core host is shared)")
     a("--repeats", type=int, default=3, help="real/emulated trace pairs, alternated")
+    a("--warmup-traces", type=int, default=1,
+      help="unmeasured passes of a third trace (seed + 2000) on the real server before anything "
+      "is measured: vLLM CPU sets up kernels for each new batch shape on first use, so a cold "
+      "server's first traces are slower than its later ones")
     a("--block-size", type=int, default=32, help="KV block size of the real server (the profile's)")
     a("--real-url", default=None,
       help="an already running real vLLM server (started with rollbank's managed flags) instead "
@@ -237,6 +241,11 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         stack.push_async_callback(client.aclose)
         await client.connect()
         await client.generate(GenerateRequest("warmup", list(range(1, 65)), SamplingParams(max_tokens=8)))
+        warm = make_trace(groups=args.groups, group_size=args.group_size, waves=args.waves,
+                          wave_gap_s=args.wave_gap_s, seed=args.seed + 2000)
+        for _ in range(args.warmup_traces):  # the repeats below reuse request ids too
+            await run_trace(client, warm)
+        out["warmup_traces"] = args.warmup_traces
         if args.calibrate == "micro":
             out["calibration"] = await calibrate(client, args.seed)
             return out
