@@ -76,9 +76,8 @@ def release_freed_memory() -> MemoryRelease:
     if trim is not None:
         trim(0)
     pa = sys.modules.get("pyarrow")
-    arrow = pa is not None and hasattr(pa, "default_memory_pool")
-    if arrow:
-        assert pa is not None
+    arrow = pa is not None and hasattr(pa, "default_memory_pool")  # not half-imported
+    if pa is not None and arrow:
         pa.default_memory_pool().release_unused()
     return MemoryRelease(before, rss_mib(), round(time.perf_counter() - t0, 4),
                          trim is not None, arrow)

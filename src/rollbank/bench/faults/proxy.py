@@ -88,10 +88,9 @@ class FaultProxy:
         self.ports: list[int] = [0] * len(upstreams)
         self.servers: list[asyncio.Server | None] = [None] * len(upstreams)
         self.collateral: list[dict[str, Any]] = []
-        self.down: set[int] = set()
+        self.down: dict[int, float] = {}  # target -> when its port went down (monotonic)
         self._tasks: set[asyncio.Task[None]] = set()
         self.windows: list[dict[str, Any]] = []
-        self._down_since: dict[int, float] = {}  # target -> when its port went down (monotonic)
         self.ready = [asyncio.Event() for _ in upstreams]
         for e in self.ready:
             e.set()
@@ -106,7 +105,7 @@ class FaultProxy:
         urls = self.urls
         out = [(urls[w["target"]], w["t0"], w["t1"]) for w in self.windows
                if w["what"] == "port down"]
-        return out + [(urls[i], t0, float("inf")) for i, t0 in self._down_since.items()]
+        return out + [(urls[i], t0, float("inf")) for i, t0 in self.down.items()]
 
     @property
     def urls(self) -> list[str]:
@@ -245,13 +244,11 @@ class FaultProxy:
         srv = self.servers[i]
         if srv is None or i in self.down:
             return
-        self.down.add(i)
-        self._down_since[i] = t0 = time.monotonic()
+        self.down[i] = t0 = time.monotonic()
         srv.close()
         await srv.wait_closed()
         await asyncio.sleep(DOWN_S)
         await self._listen(i)
-        self.down.discard(i)
-        del self._down_since[i]
+        del self.down[i]
         self.windows.append({"target": i, "what": "port down", "s": DOWN_S,
                              "t0": t0, "t1": time.monotonic()})
