@@ -69,3 +69,18 @@ def test_collect_accel_sim_arms_use_the_engines_as_external_servers() -> None:
     assert cfg.inference.kind == "external" and cfg.inference.urls == args.engine_urls
     assert cfg.inference.tokenizer == "tiny"
     assert arm_config(p.parse_args([]), "optimized").inference.kind == "managed"
+
+
+def test_per_request_median_takes_each_requests_median_over_passes() -> None:
+    from rollbank.bench.accelsim_fidelity import per_request_median
+
+    def row(rid: str, ttft: float | None, total: float) -> dict[str, object]:
+        return {"id": rid, "ttft_s": ttft, "total_s": total, "prompt": 8, "cached": 0}
+
+    passes = [[row("a", 1.0, 10.0), row("b", None, 4.0)],
+              [row("a", 3.0, 30.0), row("b", 2.0, 6.0)],
+              [row("b", 5.0, 5.0), row("a", 2.0, 11.0)]]
+    got = {r["id"]: r for r in per_request_median(passes)}
+    assert (got["a"]["ttft_s"], got["a"]["total_s"]) == (2.0, 11.0)
+    assert (got["b"]["ttft_s"], got["b"]["total_s"]) == (3.5, 5.0)  # None is not a pass's value
+    assert got["a"]["prompt"] == 8

@@ -224,11 +224,14 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             obs_tokens=(lo_obs, hi_obs), max_tokens=args.max_tokens, tool_pause_s=args.tool_pause,
             vocab=fleet.vocab, seed=args.seed, temperature=args.temperature,
         )
-        clients: dict[str, InferenceClient] = {u: bench_client(u) for u in urls}
         # warm each engine once (first-request compilation), outside every arm
-        for i, c in enumerate(clients.values()):
-            await c.generate(GenerateRequest(f"warmup-{i}", list(range(16, 80)), SamplingParams(
-                max_tokens=4, temperature=0.0, logprobs=False)))
+        for i, u in enumerate(urls):
+            warm = bench_client(u)
+            try:
+                await warm.generate(GenerateRequest(f"warmup-{i}", list(range(16, 80)), SamplingParams(
+                    max_tokens=4, temperature=0.0, logprobs=False)))
+            finally:
+                await warm.aclose()
 
         async def reset() -> None:
             for c in fleet.clients:
@@ -242,9 +245,17 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                 cfg.update(extra_cfg)
             cfg.update(variant)
             router = make_router(policy, urls, MonotonicClock(), **cfg)
-            dispatch, finish = router_dispatch(router, clients)
-            res = await run_arm(ArmResult(f"rollbank:{spec}", "rollbank"), workload, urls,
-                                dispatch, finish)
+            # fresh connections per arm, as every peer arm gets (a new router process and
+            # client): a burst on connections pooled by the previous arm was measured slower
+            # to send on this host than one on new connections
+            clients: dict[str, InferenceClient] = {u: bench_client(u) for u in urls}
+            try:
+                dispatch, finish = router_dispatch(router, clients)
+                res = await run_arm(ArmResult(f"rollbank:{spec}", "rollbank"), workload, urls,
+                                    dispatch, finish)
+            finally:
+                for bc in clients.values():
+                    await bc.aclose()
             if isinstance(router, CacheAwareRouter):
                 res.extra["router_decisions"] = {
                     k: v for k, v in router.stats().items() if k.startswith("reason_")
@@ -305,8 +316,6 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             if timeline is not None:
                 timeline.close()
-            for bc in clients.values():
-                await bc.aclose()
 
     return {
         "bench": "routing",
