@@ -75,9 +75,9 @@ def release_freed_memory() -> MemoryRelease:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
-    pa = sys.modules.get("pyarrow")
-    arrow = pa is not None and hasattr(pa, "default_memory_pool")  # not half-imported
-    if pa is not None and arrow:
-        pa.default_memory_pool().release_unused()
+    # None when pyarrow is not loaded (or only half-imported)
+    pool = getattr(sys.modules.get("pyarrow"), "default_memory_pool", None)
+    if pool is not None:
+        pool().release_unused()
     return MemoryRelease(before, rss_mib(), round(time.perf_counter() - t0, 4),
-                         trim is not None, arrow)
+                         trim is not None, pool is not None)

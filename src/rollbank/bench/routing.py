@@ -177,9 +177,8 @@ def run(args: argparse.Namespace) -> int:
     print(text)
     if args.out is not None:
         args.out.write_text(text + "\n")
-    if args.merge:  # a pooled report judges earlier runs: their arms' errors were theirs
-        return 0
-    return 0 if not any("error" in arm for arm in report["arms"]) else 1
+    # a pooled report judges earlier runs: their arms' errors were theirs, not this command's
+    return 1 if not args.merge and any("error" in arm for arm in report["arms"]) else 0
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
@@ -191,7 +190,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     from rollbank.bench.routing_peers import (
         PEER_ROUTERS,
         PeerRouter,
-        bench_client,
+        bench_clients,
         find_router,
         peer_client,
     )
@@ -203,7 +202,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         run_arm,
     )
     from rollbank.clock import MonotonicClock
-    from rollbank.inference.protocol import GenerateRequest, InferenceClient, SamplingParams
+    from rollbank.inference.protocol import GenerateRequest, SamplingParams
     from rollbank.routing.cache_aware import CacheAwareRouter
     from rollbank.routing.config import RouterConfig
     from rollbank.routing.factory import make_router
@@ -225,13 +224,10 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             vocab=fleet.vocab, seed=args.seed, temperature=args.temperature,
         )
         # warm each engine once (first-request compilation), outside every arm
-        for i, u in enumerate(urls):
-            warm = bench_client(u)
-            try:
-                await warm.generate(GenerateRequest(f"warmup-{i}", list(range(16, 80)), SamplingParams(
+        async with bench_clients(urls) as warm:
+            for i, c in enumerate(warm.values()):
+                await c.generate(GenerateRequest(f"warmup-{i}", list(range(16, 80)), SamplingParams(
                     max_tokens=4, temperature=0.0, logprobs=False)))
-            finally:
-                await warm.aclose()
 
         async def reset() -> None:
             for c in fleet.clients:
@@ -248,14 +244,10 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             # fresh connections per arm, as every peer arm gets (a new router process and
             # client): a burst on connections pooled by the previous arm was measured slower
             # to send on this host than one on new connections
-            clients: dict[str, InferenceClient] = {u: bench_client(u) for u in urls}
-            try:
+            async with bench_clients(urls) as clients:
                 dispatch, finish = router_dispatch(router, clients)
                 res = await run_arm(ArmResult(f"rollbank:{spec}", "rollbank"), workload, urls,
                                     dispatch, finish)
-            finally:
-                for bc in clients.values():
-                    await bc.aclose()
             if isinstance(router, CacheAwareRouter):
                 res.extra["router_decisions"] = {
                     k: v for k, v in router.stats().items() if k.startswith("reason_")

@@ -18,12 +18,13 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 
+from rollbank.inference.protocol import InferenceClient
 from rollbank.inference.server import free_port
 from rollbank.inference.vllm_client import VLLMClient
 
@@ -148,6 +149,17 @@ def bench_client(url: str, model: str | None = None) -> VLLMClient:
     path and only the placement differs."""
     return VLLMClient(url, model=model, transport=http_transport(), scale_out=False,
                       versions_from_engine=False)
+
+
+@contextlib.asynccontextmanager
+async def bench_clients(urls: Sequence[str]) -> AsyncIterator[dict[str, InferenceClient]]:
+    """One new :func:`bench_client` per server (fresh connections), all closed on exit."""
+    clients: dict[str, InferenceClient] = {u: bench_client(u) for u in urls}
+    try:
+        yield clients
+    finally:
+        for c in clients.values():
+            await c.aclose()
 
 
 class SessionHeaderTransport(httpx.AsyncBaseTransport):
