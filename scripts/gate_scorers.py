@@ -23,7 +23,7 @@ from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference.config import ServerConfig
 from rollbank.inference.protocol import GenerateRequest, SamplingParams
 from rollbank.inference.server import ManagedServers
-from rollbank.scheduling.scoring import EngineScorer
+from rollbank.scheduling.drivers.scoring import EngineScorer
 
 
 async def measure(model: str, dtype: str, n: int, tokens: int, run_dir: Path) -> dict[str, Any]:

@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 V=.venv/bin
-echo "[test] ruff";  $V/ruff check src tests
+echo "[test] ruff";  $V/ruff check src tests bench
 echo "[test] mypy --strict"; $V/mypy
-echo "[test] pytest"; $V/pytest -q -rs "$@"
+echo "[test] pytest"; $V/pytest -q -rs --durations=25 "$@"

@@ -12,11 +12,13 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from rollbank.agents.config import AgentConfig
 from rollbank.config import Origins, Section, apply_overrides, read_toml, validate
 from rollbank.episodes.config import RunnerConfig, SandboxSection
 from rollbank.episodes.harnesses import (
     AnswerLineConfig,
     AnswerLineHarness,
+    ChatConfig,
     FencedShellConfig,
     FencedShellHarness,
     Harness,
@@ -24,6 +26,7 @@ from rollbank.episodes.harnesses import (
     Terminus2Harness,
 )
 from rollbank.episodes.workload import WorkloadConfig
+from rollbank.gateway.config import GatewaySection
 from rollbank.inference.config import ServerConfig
 from rollbank.routing.config import RouterConfig
 from rollbank.scheduling.config import SchedulerConfig
@@ -46,6 +49,14 @@ class InferenceSection(Section):
     tokenizer: str | None = Field(
         default=None, description="model folder (or 'tiny'/'gemma-3-270m') whose tokenizer the external "
         "servers use (kind = external)",
+    )
+    external_versions: Literal["auto", "engine", "rollbank"] = Field(
+        default="auto", description="where per-token weight versions come from (kind = external): "
+        "engine (the server reports them: a vLLM started with VLLM_SERVER_DEV_MODE=1, and "
+        "--enable-scale-out for per-token spans); rollbank (rollbank's own publication records, "
+        "for a standard `vllm serve`: tokens carry the version rollbank last published to that "
+        "server, 0 until it publishes); auto: engine when the server reports a version, else "
+        "rollbank, said at start",
     )
     fake_servers: int = Field(default=2, ge=1, description="number of fake servers (kind = fake)")
     fake_decode_s_per_token: float = Field(
@@ -112,9 +123,27 @@ class CollectConfig(Section):
         "k runs task k mod len(tasks)",
     )
     output: str = Field(default="runs/collect", description="output folder (batches, events, report)")
-    harness: Literal["fenced-shell", "terminus-2", "answer-line"] = Field(
+    harness: Literal["fenced-shell", "terminus-2", "answer-line", "agent", "chat"] = Field(
         default="fenced-shell", description="agent protocol ('answer-line': the instruction is "
-        "the prompt and the one completion the command, for a model fitted to that format)"
+        "the prompt and the one completion the command, for a model fitted to that format; "
+        "'agent': an agent program, [agent], through the OpenAI-compatible gateway; "
+        "'chat': a chat model with tool calls, rendered by its own chat template, [chat])"
+    )
+    chat: ChatConfig = Field(
+        default_factory=lambda: ChatConfig.model_validate({}),
+        description="chat harness settings (template, tool-call format, few-shot, tokens; "
+        "docs/chat.md)",
+    )
+    agent: AgentConfig = Field(
+        default_factory=lambda: AgentConfig.model_validate({}),
+        description="harness = agent: the agent program (entry 'module:function'), its limits "
+        "and options (docs/agents.md)",
+    )
+    gateway: GatewaySection = Field(
+        default_factory=lambda: GatewaySection.model_validate({}),
+        description="harness = agent: the gateway the agents speak to (tool-call format, request "
+        "limits, default/cap of max_tokens; docs/gateway.md); serve-gateway's sessions, "
+        "records_dir and admin token do not apply",
     )
     fenced_shell: FencedShellConfig = Field(
         default_factory=lambda: FencedShellConfig.model_validate({}),
@@ -163,11 +192,34 @@ def make_harness_for(config: CollectConfig) -> Harness:
         return Terminus2Harness(config.terminus2)
     if config.harness == "answer-line":
         return AnswerLineHarness(config.answer_line)
+    if config.harness == "chat":
+        inf = config.inference
+        served = inf.managed.model if inf.kind == "managed" else inf.tokenizer
+        from rollbank.episodes.harnesses.chat import ChatHarness  # templates: not at config load
+
+        return ChatHarness(config.chat, model=served)
     return FencedShellHarness(config.fenced_shell)
 
 
 def default_config_text() -> str:
     return resources.files("rollbank.configs").joinpath(DEFAULT_CONFIG).read_text()
+
+
+#: The embedded default's task selection is tuned for its own suite and model: a user who
+#: names other tasks (``--tasks``) or another model (``--model``) gets all of what they named,
+#: unless they also set these keys themselves.
+EMBEDDED_SELECTION_KEYS = ("include", "exclude_costs")
+SELECTION_OWNERS = ("tasks", "inference.managed.model")
+
+
+def drop_embedded_selection(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (the embedded default) without its ``include``/``exclude_costs`` when the user
+    gave ``--tasks`` or ``--model`` and not those keys."""
+    if any(k in overrides for k in SELECTION_OWNERS):
+        for key in EMBEDDED_SELECTION_KEYS:
+            if key not in overrides:
+                data.pop(key, None)
+    return data
 
 
 def load_collect_config(path: Path | None = None, overrides: dict[str, Any] | None = None,
@@ -177,5 +229,7 @@ def load_collect_config(path: Path | None = None, overrides: dict[str, Any] | No
     ``origins`` says which flag gave each override, so that an error names the flag.
     """
     data, source = read_toml(path, default_text=default_config_text(), default_name=DEFAULT_CONFIG)
+    if path is None:
+        data = drop_embedded_selection(data, overrides or {})
     data = apply_overrides(data, overrides or {}, origins)
     return validate(CollectConfig, data, source=source, overrides=overrides, origins=origins)

@@ -27,10 +27,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollbank.batching.batch import Batch
 from rollbank.batching.writer import write_batch
@@ -61,13 +62,16 @@ from rollbank.metrics.summary import BatchSummary, summarize_batch
 from rollbank.resume import ResumePlan, write_record
 from rollbank.routing.factory import router_from_config
 from rollbank.routing.router import Router
-from rollbank.scheduling.driver import CollectionDriver
-from rollbank.scheduling.events import EventSink, FanoutSink
-from rollbank.scheduling.gated_driver import collection_driver
-from rollbank.scheduling.scoring import PolicyScorer
-from rollbank.scheduling.types import AttemptSpec
+from rollbank.scheduling.drivers.driver import CollectionDriver
+from rollbank.scheduling.drivers.gated_driver import collection_driver
+from rollbank.scheduling.drivers.scoring import PolicyScorer
+from rollbank.scheduling.policy.events import EventSink, FanoutSink
+from rollbank.scheduling.policy.types import AttemptSpec
 from rollbank.task_selection import select_tasks, task_sequence, tasks_to_prepare
 from rollbank.tasks.model import Task
+
+if TYPE_CHECKING:
+    from rollbank.agents.plane import AgentPlane
 
 
 @dataclass
@@ -123,6 +127,7 @@ async def collect(
     resume: ResumePlan | None = None,
     scorer: PolicyScorer | None = None,
     workload: TraceWorkload | None = None,
+    write_batches: bool = True,
 ) -> CollectResult:
     """Run one collection with opened planes; write batches, events, episodes, summary.
 
@@ -132,7 +137,8 @@ async def collect(
     run in ``out_dir`` (``rollbank.resume``); ``scorer`` scores groups for the staleness gate
     (``config.staleness.collection``; default: the engines' prompt log-probs); ``workload``
     replaces the one ``config.workload`` describes (a benchmark's scripted actions:
-    ``rollbank bench faults``).
+    ``rollbank bench faults``). ``write_batches=False`` (``rollbank eval``) writes no
+    training batch: each batch is acknowledged once summarised (``on_batch`` is not called).
     """
     clock = clock or MonotonicClock()
     if resume is None:
@@ -155,16 +161,20 @@ async def collect(
     # servers still starting (inference.feed) join the router and the scheduler as they serve
     router = router or router_from_config(config.router, list(inference.serving), clock)
     recorder = EpisodeRecorder(out_dir / "episodes") if config.metrics.record_episodes else None
+    agents = _agent_plane(config, inference, router, clock)  # harness = agent: the gateway
     runner = _Keeping(EpisodeRunner(
         config.runner, tasks={t.task_id: t for t in tasks}, source=sandboxes.source,
         verifier=sandboxes.verifier, harness=make_harness_for(config),
         tokenizer=inference.tokenizer, clients=inference.clients, router=router, clock=clock,
         recorder=recorder, workload=workload or make_workload(config.workload),
+        agent=agents.loop if agents is not None else None,
     ))
     summaries: list[BatchSummary] = []
     prom: Any = None
     async with contextlib.AsyncExitStack() as stack:
         log = stack.enter_context(EventLog(out_dir / "events.jsonl", now=clock.now))
+        if agents is not None:
+            log.record("gateway", clock.now(), url=await stack.enter_async_context(agents.serving()))
         if resume is not None:
             write_record(resume, log, clock.now())
         sinks: list[EventSink] = [log, *extra_sinks]
@@ -209,6 +219,12 @@ async def collect(
                    capacity=capacity.to_dict() if capacity else None)
         t0: float | None = None
         consumed: set[str] = set()  # groups handed over: not in a later batch's bound pool
+        # interrupted (Ctrl-C, SIGTERM, cancelled): summary.json and report.html still cover
+        # what was done; the log and the progress view are still open when this runs
+        stack.enter_context(_outputs_on_stop(lambda why: _finish_outputs(
+            CollectResult(out_dir, summaries, list(runner.finished), capacity,
+                          t0 if t0 is not None else clock.now(), clock.now(), setup_s,
+                          _ledger(driver), _groups(driver)), config, progress, interrupted=why)))
         async with contextlib.aclosing(driver.batches()) as batches:
             async for batch in batches:
                 t0 = batch.window_start if t0 is None else t0
@@ -230,35 +246,66 @@ async def collect(
                 if prom is not None:
                     prom.observe_staleness(batch.index, s.staleness)
                 summaries.append(s)
+                if not write_batches:
+                    driver.ack(batch.index)
+                    continue
                 path = await asyncio.to_thread(write_batch, out_dir / "batches", batch,
                                                extra={"summary": s.to_dict()})
+                # logged (written through) before any other await: after a SIGKILL the log
+                # names every batch complete on disk (rollbank.metrics.events)
+                log.record("batch_written", clock.now(), batch_index=batch.index, path=path,
+                           time_to_batch_s=s.time_to_batch_s, efficiency=s.efficiency)
                 if on_batch is not None:
                     await on_batch(batch, path)
                 driver.ack(path)  # written: its groups are consumed (exactly-once hand-off)
                 # the batch's buffers are freed now: hand the allocators' free pages back, or
                 # RSS climbs to their high-water mark over a long run (rollbank.memory)
                 await asyncio.to_thread(release_freed_memory)
-                log.record("batch_written", clock.now(), batch_index=batch.index, path=path,
-                           time_to_batch_s=s.time_to_batch_s, efficiency=s.efficiency)
                 if isinstance(progress, PlainProgress):
                     progress.batch_written(batch.index, path, s.time_to_batch_s)
         t_end = clock.now() if not summaries else summaries[-1].t_end
         ledger = _ledger(driver)
-        hold = driver.scheduler.bank.hold
-        groups = {"dynamic_sampling": hold.enabled, **hold.counts.to_dict()}
+        groups = _groups(driver)
         log.record("run_finished", clock.now(), batches=len(summaries), ledger=ledger)
     result = CollectResult(out_dir, summaries, list(runner.finished), capacity,
                            t0 if t0 is not None else t_end, t_end, setup_s, ledger, groups)
-    _write_summary(result, config)
+    await asyncio.to_thread(_finish_outputs, result, config, progress)
+    return result
+
+
+def _groups(driver: CollectionDriver) -> dict[str, Any]:
+    hold = driver.scheduler.bank.hold
+    return {"dynamic_sampling": hold.enabled, **hold.counts.to_dict()}
+
+
+def _finish_outputs(result: CollectResult, config: CollectConfig, progress: object,
+                    interrupted: str | None = None) -> None:
+    """summary.json, report.html and the one-screen summary (``interrupted``: why the run
+    stopped before its last batch)."""
+    _write_summary(result, config, interrupted)
     if config.metrics.report:
-        await asyncio.to_thread(write_run_report, result, config)
+        write_run_report(result, config, interrupted)
     if progress is not None:
         print("\n".join(run_summary_lines(
-            [b.to_dict() for b in result.batches], out_dir=out_dir, setup_s=setup_s,
-            collection_s=result.collection_s, attempts=len(result.trajectories), ledger=ledger,
-            all_groups=result.groups)),
-            file=sys.stderr, flush=True)
-    return result
+            [b.to_dict() for b in result.batches], out_dir=result.out_dir,
+            setup_s=result.setup_s, collection_s=result.collection_s,
+            attempts=len(result.trajectories), ledger=result.ledger, all_groups=result.groups,
+            interrupted=interrupted)), file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _outputs_on_stop(write: Callable[[str], None]) -> Iterator[None]:
+    """Run ``write("stopped by a signal or cancelled")`` when the body is cancelled or interrupted, then re-raise
+    (a failure to write is reported, never hides the stop)."""
+    try:
+        yield
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        try:
+            write("stopped by a signal or cancelled")
+        except Exception as exc:  # the stop goes on whatever happens here
+            print(f"[rollbank] could not write the interrupted run's summary: {exc}",
+                  file=sys.stderr, flush=True)
+        raise
 
 
 def _joining(router: Router) -> Callable[[tuple[str, ...]], None]:
@@ -277,11 +324,17 @@ def _nothing_left(resume: ResumePlan) -> CollectResult:
 
 
 def check_output_folder(out_dir: Path) -> None:
-    """Fail fast if ``out_dir`` holds an earlier run's outputs (batches are written once)."""
-    if not out_dir.exists():
-        return
-    if not out_dir.is_dir():
+    """Fail fast, before any set-up, if ``out_dir`` cannot be created or written, or holds
+    an earlier run's outputs (batches are written once). Creates it."""
+    if out_dir.exists() and not out_dir.is_dir():
         raise InputError("the output folder is a file", file=out_dir, field="output")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"the output folder cannot be created ({exc.strerror or exc})",
+                         file=out_dir, field="output") from exc
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise InputError("the output folder is not writable", file=out_dir, field="output")
     batches = out_dir / "batches"
     earlier = [p.name for p in (out_dir / "events.jsonl", out_dir / "summary.json") if p.exists()]
     if batches.is_dir():
@@ -298,13 +351,17 @@ def _ledger(driver: CollectionDriver) -> dict[str, Any]:
     """Final attempt accounting (launched = consumed + retried + waste once closed)."""
     ledger = driver.scheduler.bank.ledger
     counts = {state.value: n for state, n in ledger.counts().items()}
-    return {"launched": len(ledger.entries), **counts,
+    waste = Counter(e.waste_reason.value for e in ledger.entries.values()
+                    if e.waste_reason is not None)
+    return {"launched": len(ledger.entries), **counts, "waste_by_reason": dict(sorted(waste.items())),
             "unreachable": [u.to_dict() for u in driver.scheduler.unreachable]}
 
 
-def _write_summary(result: CollectResult, config: CollectConfig) -> Path:
+def _write_summary(result: CollectResult, config: CollectConfig,
+                   interrupted: str | None = None) -> Path:
     path = result.out_dir / "summary.json"
     data = {
+        "interrupted": interrupted,
         "collection_s": result.collection_s,
         "setup_s": result.setup_s,
         "batches": [b.to_dict() for b in result.batches],
@@ -329,7 +386,8 @@ async def _timed(cm: contextlib.AbstractAsyncContextManager[Any], say: Callable[
         yield value
 
 
-def write_run_report(result: CollectResult, config: CollectConfig) -> Path:
+def write_run_report(result: CollectResult, config: CollectConfig,
+                     interrupted: str | None = None) -> Path:
     from rollbank.metrics.report import write_report
 
     events = read_events(result.out_dir / "events.jsonl")
@@ -338,7 +396,7 @@ def write_run_report(result: CollectResult, config: CollectConfig) -> Path:
         trajectories=result.trajectories, events=events,
         batches=[b.to_dict() for b in result.batches],
         config=config.model_dump(mode="json"),
-        setup_s=result.setup_s,
+        setup_s=result.setup_s, ledger=result.ledger, interrupted=interrupted,
         notes=[f"collection {result.collection_s:.1f} s for {len(result.batches)} batch(es); "
                f"{len(result.trajectories)} attempts finished; set-up {result.setup_s:.1f} s"],
     )
@@ -397,3 +455,18 @@ async def run_collect(config: CollectConfig, *, out_dir: Path | None = None,
                 f"batch(es) of {sched.groups_per_batch} groups x {sched.bank.group_size}")
         return await collect(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
                              out_dir=out, setup_s=time.monotonic() - t_setup, resume=resume)
+
+
+def _agent_plane(config: CollectConfig, inference: InferencePlane, router: Router,
+                 clock: Clock) -> AgentPlane | None:
+    """harness = agent: the gateway over this collection's router and clients, and the hook."""
+    if config.harness != "agent":
+        return None
+    from rollbank.agents.plane import agent_plane
+
+    inf = config.inference
+    model = inf.managed.model if inf.kind == "managed" else inf.tokenizer if inf.kind == "external" \
+        else None
+    return agent_plane(config.agent, config.runner, clients=inference.clients, router=router,
+                       tokenizer=inference.tokenizer, model=model, clock=clock,
+                       gateway=config.gateway)

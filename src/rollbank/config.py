@@ -11,6 +11,7 @@ run's outputs.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from rollbank.errors import ConfigError, UsageError
+from rollbank.errors import ConfigError, InputError, UsageError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -27,7 +28,8 @@ M = TypeVar("M", bound=BaseModel)
 class Section(BaseModel):
     """Base of every config model: strict about unknown keys, immutable once built."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: JSON cannot carry inf/NaN (config.resolved.json, episode files)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def cache_dir() -> Path:
@@ -45,13 +47,98 @@ Origins = Mapping[str, str]
 def read_toml(path: Path | None, *, default_text: str, default_name: str) -> tuple[dict[str, Any], str]:
     """The TOML at ``path`` (or the embedded default) as a dict, and the name to report it by."""
     source = str(path) if path is not None else f"<embedded {default_name}>"
+    text = default_text if path is None else read_text_input(path, what="config file",
+                                                             error=ConfigError)
     try:
-        text = path.read_text() if path is not None else default_text
         return tomllib.loads(text), source
-    except FileNotFoundError as exc:
-        raise ConfigError("file not found", file=source) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", file=source) from exc
+    except RecursionError as exc:
+        raise ConfigError("invalid TOML: nested too deeply", file=source) from exc
+
+
+#: Deepest nesting of arrays/tables/objects an input file may have (JSON and TOML).
+MAX_INPUT_DEPTH = 100
+
+
+def read_text_input(path: Path, *, what: str = "file",
+                    error: type[InputError] = InputError) -> str:
+    """The UTF-8 text of an input file; ``error`` (exit 3, naming the file) if it is missing,
+    a directory, unreadable or not UTF-8."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise error(f"{what} not found", file=path) from exc
+    except IsADirectoryError as exc:
+        raise error(f"{what} is a directory, not a file", file=path) from exc
+    except OSError as exc:
+        raise error(f"cannot read the {what} ({exc.strerror or exc})", file=path) from exc
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"the {what} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})",
+                    file=path) from exc
+
+
+def _walk(value: Any, max_depth: int) -> tuple[bool, str | None]:
+    """(nested deeper than ``max_depth``, dotted path of the first non-finite number) of
+    decoded JSON; iterative, so no recursion limit."""
+    stack: list[tuple[Any, int, tuple[str, ...]]] = [(value, 1, ())]
+    while stack:
+        node, depth, path = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return False, ".".join(path) or "<top>"
+        if isinstance(node, dict | list):
+            if depth > max_depth:
+                return True, None
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            stack.extend((v, depth + 1, (*path, str(k))) for k, v in reversed(list(items)))
+    return False, None
+
+
+def parse_json_input(text: str, *, file: Path | str | None = None, what: str = "JSON",
+                     max_depth: int = MAX_INPUT_DEPTH,
+                     error: type[InputError] = InputError) -> Any:
+    """Decode JSON input the way every input path does: finite numbers only (``NaN`` and
+    ``Infinity`` refused, naming the field), integers within Python's digit limit, at most
+    ``max_depth`` levels of nesting. Any failure is ``error`` (exit 3) naming ``file``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"not {what}: {exc}", file=file) from exc
+    except RecursionError as exc:
+        raise error(f"{what} nested too deeply (more than {max_depth} levels)", file=file) from exc
+    except ValueError as exc:  # an integer beyond the digit limit
+        raise error(f"not {what}: {str(exc).split(';')[0]}", file=file) from exc
+    too_deep, non_finite = _walk(data, max_depth)
+    if too_deep:
+        raise error(f"{what} nested too deeply (more than {max_depth} levels)", file=file)
+    if non_finite is not None:
+        raise error("not a finite number (NaN and Infinity are not JSON)", file=file,
+                    field=non_finite)
+    return data
+
+
+def read_json_input(path: Path, *, what: str = "JSON file", max_depth: int = MAX_INPUT_DEPTH,
+                    error: type[InputError] = InputError) -> Any:
+    """:func:`read_text_input` then :func:`parse_json_input`."""
+    text = read_text_input(path, what=what, error=error)
+    return parse_json_input(text, file=path, what="JSON", max_depth=max_depth, error=error)
+
+
+def parse_flag_value(text: str, flag: str) -> Any:
+    """A command-line value: JSON if it parses as JSON, else the string itself. A value that
+    is JSON but not one rollbank can carry (an integer beyond the digit limit, ``NaN``,
+    ``Infinity``, nesting deeper than :data:`MAX_INPUT_DEPTH`) is a :class:`UsageError` naming
+    ``flag``."""
+    try:
+        return parse_json_input(text, what="a JSON value")
+    except InputError as exc:
+        if isinstance(exc.__cause__, json.JSONDecodeError):
+            return text
+        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+        where = f" at {exc.field}" if exc.field not in (None, "<top>") else ""
+        raise UsageError(f"{flag} {shown}: {exc.message}{where}") from exc
 
 
 def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any],
@@ -61,6 +148,9 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any],
         origin = (origins or {}).get(key, key)
         node = data
         *parents, leaf = key.split(".")
+        if not all(p.strip() for p in (*parents, leaf)):
+            raise UsageError(f"{origin}: {key!r} is not a dotted key (an empty part between "
+                             "dots); write it as section.field")
         for i, part in enumerate(parents):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):

@@ -66,6 +66,12 @@ class ConfigError(InputError):
     """A configuration file or value is invalid."""
 
 
+class EngineVersionError(ConfigError):
+    """The installed vLLM is outside the range whose internals rollbank touches (private
+    attributes, plugin registries): the message names the installed version, the supported
+    range and the missing symbol if any (``rollbank.inference.vllm_internals``)."""
+
+
 # ---------------------------------------------------------------- sandbox boundary (infra)
 class SandboxError(RollbankError):
     """The sandbox runtime failed (not the model). Maps to infra_failure."""
@@ -177,6 +183,19 @@ class ServiceError(RollbankError):
     def __init__(self, message: str, *, status: int = 500) -> None:
         self.status = status
         super().__init__(message)
+
+
+class GatewayError(ServiceError):
+    """The OpenAI-compatible gateway (``gateway/``) refuses a request: answered with an
+    OpenAI-style error body. ``param`` names the offending field (``messages[2].role``),
+    ``kind`` is the body's ``type`` (``invalid_request_error``, ``authentication_error``...)."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None,
+                 kind: str = "invalid_request_error", code: str | None = None) -> None:
+        self.param = param
+        self.kind = kind
+        self.code = code
+        super().__init__(message, status=status)
 
 
 def rollbank_error_in(exc: BaseException) -> RollbankError | None:

@@ -15,9 +15,10 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rollbank.collect_config import InferenceSection
-from rollbank.errors import ConfigError
+from rollbank.errors import ConfigError, WeightVersionError
 from rollbank.inference.protocol import InferenceClient, ServerFeed, Tokenizer
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.calibrate import calibrate
@@ -76,8 +77,41 @@ async def calibrate_plane(plane: InferencePlane, *, sandbox_slots: int, verifier
     return capacity
 
 
-def _vocab_size(tok: Tokenizer) -> int:
+def vocab_size(tok: Tokenizer) -> int:
+    """The tokenizer's vocabulary size (256, a byte-level vocabulary, if it does not say)."""
     return int(getattr(tok, "vocab_size", 0) or 256)
+
+
+#: how each external server's versions are labelled (InferencePlane.description, start line)
+ENGINE_VERSIONS = "the engine"
+ROLLBANK_VERSIONS = "rollbank's publication records (the server reports none)"
+
+
+async def connect_external(urls: list[str], mode: str, into: dict[str, Any],
+                           make: Callable[..., Any]) -> dict[str, str]:
+    """Connect a client (``make(url, versions_from_engine=...)``) to each URL into ``into``;
+    returns where each server's weight versions come from. ``mode`` is
+    ``inference.external_versions``: ``engine`` refuses a server that reports no version
+    (naming the URL and the flag), ``rollbank`` never asks, ``auto`` falls back to
+    rollbank's records for a standard ``vllm serve``."""
+    labels: dict[str, str] = {}
+    for url in urls:
+        key = url.rstrip("/")
+        client = make(url, versions_from_engine=mode != "rollbank")
+        into[key] = client
+        try:
+            await client.connect()
+            labels[key] = ENGINE_VERSIONS if mode != "rollbank" else ROLLBANK_VERSIONS
+        except WeightVersionError as exc:
+            if mode == "engine":
+                raise ConfigError(f"{exc}; or take versions from rollbank's own publication "
+                                  "records: --inference.external-versions rollbank",
+                                  field="inference.external_versions") from exc
+            await client.aclose()
+            into[key] = client = make(url, versions_from_engine=False)
+            await client.connect()
+            labels[key] = ROLLBANK_VERSIONS
+    return labels
 
 
 @contextlib.asynccontextmanager
@@ -104,11 +138,14 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int,
             raise ConfigError("external inference needs urls and tokenizer", field="inference")
         model_dir = await asyncio.to_thread(ensure_model, cfg.tokenizer)
         tok = load_tokenizer(model_dir)
-        clients = {u.rstrip("/"): VLLMClient(u) for u in cfg.urls}
+        clients: dict[str, VLLMClient] = {}
         try:
-            for c in clients.values():  # refuses (WeightVersionError) a server with no version
-                await c.connect()
-            yield InferencePlane(dict(clients), tok, _vocab_size(tok), f"external {cfg.urls}")
+            labels = await connect_external(cfg.urls, cfg.external_versions, clients, VLLMClient)
+            if say is not None:
+                for url, label in labels.items():
+                    say(f"{url}: weight versions from {label}")
+            yield InferencePlane(dict(clients), tok, vocab_size(tok), f"external {cfg.urls} "
+                                 f"(versions: {', '.join(sorted(set(labels.values())))})")
         finally:
             for c in clients.values():
                 await c.aclose()
@@ -129,7 +166,7 @@ async def open_inference(cfg: InferenceSection, *, max_model_len: int,
         assert servers.model_dir is not None
         tok = load_tokenizer(servers.model_dir)
         yield InferencePlane(dict(zip(servers.urls, servers.clients, strict=True)), tok,
-                             _vocab_size(tok),
+                             vocab_size(tok),
                              f"{managed.plan.num_servers} managed vLLM servers, model {cfg.managed.model}",
                              fingerprint=servers.fingerprint(),
                              feed=servers if first_ready and len(servers.servers) > 1 else None,

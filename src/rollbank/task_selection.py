@@ -16,19 +16,44 @@ from rollbank.tasks.model import Task
 
 
 def select_tasks(config: CollectConfig) -> list[Task]:
+    """The loaded ``tasks`` after ``include``, ``exclude_costs`` and ``exclude_saturated_from``;
+    an empty selection is a :class:`ConfigError` naming the filter that emptied it, what it
+    removed and how to undo it."""
     tasks = load_tasks(config.tasks)
+    if not tasks:
+        raise ConfigError(f"no task found in {config.tasks}", field="tasks")
     if config.include:
         wanted = set(config.include)
-        tasks = [t for t in tasks if t.task_id in wanted]
+        kept = [t for t in tasks if t.task_id in wanted]
+        if not kept:
+            raise ConfigError(
+                f"include = {sorted(wanted)} keeps none of the {len(tasks)} task(s) of "
+                f"{config.tasks} ({_ids(tasks)}); list their ids (--set 'include=[\"{tasks[0].task_id}\"]') "
+                "or take them all (--set 'include=[]')", field="include")
+        tasks = kept
     if config.exclude_costs:
-        tasks = [t for t in tasks if (t.cost or "") not in config.exclude_costs]
+        kept = [t for t in tasks if (t.cost or "") not in config.exclude_costs]
+        if not kept:
+            raise ConfigError(
+                f"exclude_costs = {list(config.exclude_costs)} removes every remaining task "
+                f"({_ids(tasks)}: cost {sorted({t.cost or '' for t in tasks})}); keep them with "
+                "--set 'exclude_costs=[]'", field="exclude_costs")
+        tasks = kept
     if config.exclude_saturated_from:
         saturated = saturated_tasks(Path(config.exclude_saturated_from))
-        tasks = [t for t in tasks if t.task_id not in saturated]
-    if not tasks:
-        raise ConfigError("no task left after include/exclude_costs/exclude_saturated_from",
-                          field="tasks")
+        kept = [t for t in tasks if t.task_id not in saturated]
+        if not kept:
+            raise ConfigError(
+                f"exclude_saturated_from = {config.exclude_saturated_from} lists every remaining "
+                f"task as saturated ({_ids(tasks)}); unset it (--set 'exclude_saturated_from=null')",
+                field="exclude_saturated_from")
+        tasks = kept
     return tasks
+
+
+def _ids(tasks: Sequence[Task], shown: int = 5) -> str:
+    ids = sorted(t.task_id for t in tasks)
+    return ", ".join(ids[:shown]) + (f", ... ({len(ids)} in all)" if len(ids) > shown else "")
 
 
 def saturated_tasks(path: Path) -> set[str]:

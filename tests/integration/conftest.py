@@ -13,7 +13,10 @@ Like the sandbox's billing (``rollbank.sandbox.billing``), a host stall is not c
 the loop's thread spent runnable but waiting for a CPU (``/proc/thread-self/schedstat``,
 read when the loop wakes up and when asyncio reports the callback) is subtracted from the
 callback's duration, so a loaded host (this one runs ~20 busy processes on 2 cores) does not
-turn a 5 ms callback into a failure; CPU the callback used or a sleep it made still counts.
+turn a 5 ms callback into a failure; nor is a garbage-collection pause (``gc.callbacks``;
+by the end of the suite the heap holds torch and an in-process engine, and a full
+collection stops every thread for over a second). CPU the callback used or a sleep it made
+still counts.
 Ignored: ``BaseEventLoop.shutdown_default_executor`` (Python 3.11 joins its helper thread on
 the loop when pytest-asyncio closes the loop; not rollbank code). Exempt: tests
 marked ``vllm`` (the real-vLLM tests were not measured under this rule; their loops are plain)
@@ -23,9 +26,11 @@ and tests marked ``allow_slow_callbacks`` (say why in the marker's reason).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import selectors
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,14 +57,36 @@ def _runqueue_wait_s() -> float:
     return total / 1e9
 
 
+class _GcPauses:
+    """Seconds the interpreter spent in garbage collection (``gc.callbacks``), summed: a
+    full collection of the suite's heap (torch, transformers, an in-process vLLM engine by
+    the end of a run) stops every thread for over a second, which is not a blocking call."""
+
+    total = 0.0
+    _started = 0.0
+
+    @classmethod
+    def callback(cls, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            cls._started = time.perf_counter()
+        else:
+            cls.total += time.perf_counter() - cls._started
+
+
+gc.callbacks.append(_GcPauses.callback)
+
+
 class _WakeMarkingSelector(selectors.DefaultSelector):
-    """Notes the thread's run-queue wait each time the loop wakes up (before callbacks)."""
+    """Notes the thread's run-queue wait and the GC pause total each time the loop wakes up
+    (before callbacks)."""
 
     wait_at_wake = 0.0
+    gc_at_wake = 0.0
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready: list[tuple[selectors.SelectorKey, int]] = super().select(timeout)
         _WakeMarkingSelector.wait_at_wake = _runqueue_wait_s()
+        _WakeMarkingSelector.gc_at_wake = _GcPauses.total
         return ready
 
 
@@ -96,9 +123,11 @@ class _SlowCallbacks(logging.Handler):
             return  # the stdlib's own thread.join() at loop close (Python 3.11), not our code
         took = record.args[-1] if isinstance(record.args, tuple) and record.args else None
         stalled = _runqueue_wait_s() - _WakeMarkingSelector.wait_at_wake
-        if isinstance(took, float) and took - stalled < SLOW_CALLBACK_S:
-            return  # slow only because the host did not give the thread a CPU
-        self.slow.append(f"{record.getMessage()[:300]} (host stall {stalled:.3f} s)")
+        gc_s = _GcPauses.total - _WakeMarkingSelector.gc_at_wake
+        if isinstance(took, float) and took - stalled - gc_s < SLOW_CALLBACK_S:
+            return  # slow only because the host did not give the thread a CPU, or a GC ran
+        self.slow.append(f"{record.getMessage()[:300]} (host stall {stalled:.3f} s, "
+                         f"GC {gc_s:.3f} s)")
 
 
 _HANDLER = _SlowCallbacks()
@@ -109,6 +138,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "allow_slow_callbacks(reason): exempt a test from the slow-callback rule"
     )
     logging.getLogger("asyncio").addHandler(_HANDLER)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection imported (torch, transformers, vLLM: ~650k objects) out of the
+    collector's reach: a full collection then scans only what tests allocate."""
+    gc.freeze()
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, Any]:

@@ -46,7 +46,7 @@ from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.pool import WarmPool
 from rollbank.sandbox.protocol import Sandbox
-from rollbank.scheduling.types import AttemptKey, AttemptSpec
+from rollbank.scheduling.policy.types import AttemptKey, AttemptSpec
 from rollbank.tasks.config import BuilderConfig
 from rollbank.tasks.loader import load_task
 from rollbank.tasks.model import Task
@@ -433,13 +433,13 @@ async def test_a_background_fork_bomb_is_the_models_failure(tmp_path: Path, serv
                                          seed=1, group_size=1, launched_at=0.0))
         sb = source.first
     assert t.outcome is not None
-    # the leftovers are killed before verifying, unless the task declares services: then
+    # the pinned verifier keeps the agent's processes (as under Harbor), services or not:
     # the verifier cannot start, and the experiment finds the episode's sandbox refusing
     # commands at its pids limit while a pristine fork verifies normally
-    want = Reason.PIDS_EXCEEDED if services else Reason.VERIFIED_FAIL
+    want = Reason.PIDS_EXCEEDED
     assert (t.outcome.outcome, t.outcome.reason) == (Outcome.MODEL_FAILURE, want), \
         t.outcome.to_dict()
-    if services:
+    if want is Reason.PIDS_EXCEEDED:
         exp = t.outcome.evidence["experiment"]
         assert exp["pristine_verify"]["error"] is None and exp["replay"] is None
         assert exp["episode_probe"]["state"] == "failed"

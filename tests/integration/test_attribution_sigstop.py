@@ -33,7 +33,7 @@ from rollbank.routing.factory import make_router
 from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.local.sandbox import LocalSandbox
 from rollbank.sandbox.pool import WarmPool
-from rollbank.scheduling.types import AttemptKey, AttemptSpec
+from rollbank.scheduling.policy.types import AttemptKey, AttemptSpec
 from rollbank.tasks.config import BuilderConfig
 from rollbank.tasks.loader import load_task
 from rollbank.tasks.model import Task

@@ -23,9 +23,9 @@ from rollbank.batching.writer import (
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.types import EmitBatch, Launch
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import EmitBatch, Launch
 
 pytestmark = pytest.mark.integration
 

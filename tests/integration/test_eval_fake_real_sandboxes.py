@@ -28,8 +28,14 @@ def test_eval_cli_with_fake_inference_then_health(tmp_path: Path,
     assert sum(row["outcomes"].values()) == 6
     assert row["ttft_s"]["source"] == "server_per_request" and row["ttft_s"]["p50"] is not None
     assert row["sandbox_s"] > 0 and row["requests"] >= 6
-    stdout = capsys.readouterr().out
-    assert "pass@3" in stdout and '"rows"' in stdout
+    captured = capsys.readouterr()
+    assert "pass@3" in captured.out and '"rows"' in captured.out
+    assert "eval result written to" in captured.err and "batch 0 written" not in captured.err
+    assert "2 task(s) x 3 attempts" in captured.err and "set-up " in captured.err
+    assert not list(out.rglob("batches"))  # an eval result, not a training batch
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert {x["task"]: x["solve_rate"] for x in lines} == {
+        t: d["successes"] / 3 for t, d in row["per_task"].items()}
 
     health_file = tmp_path / "health.json"
     assert main(["tasks", "health", str(out), "--min-attempts", "3", "--out", str(health_file),

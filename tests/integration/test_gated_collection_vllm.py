@@ -34,11 +34,12 @@ from rollbank.inference.publishing import CheckpointPublisher, WeightUpdate
 from rollbank.inference.server import ManagedServers
 from rollbank.inference.vllm_client import VLLMClient
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.events import ListSink
-from rollbank.scheduling.gated_bank import AttemptGated
-from rollbank.scheduling.gated_driver import GatedCollectionDriver
-from rollbank.scheduling.scoring import EngineScorer, GroupScores
-from rollbank.scheduling.types import AttemptSpec
+from rollbank.scheduling.drivers.gated_driver import collection_driver
+from rollbank.scheduling.drivers.scoring import EngineScorer
+from rollbank.scheduling.policy.events import ListSink
+from rollbank.scheduling.policy.gating import AttemptGated
+from rollbank.scheduling.policy.scores import GroupScores
+from rollbank.scheduling.policy.types import AttemptSpec
 from rollbank.staleness.config import CollectionGateConfig, StalenessConfig
 
 torch = pytest.importorskip("torch")
@@ -121,8 +122,8 @@ async def test_weights_changing_mid_collection_are_measured_and_gated(
     config = SchedulerConfig(bank=ReadyBankConfig(group_size=4), groups_per_batch=2,
                              pool_groups=2, sandbox_slots=8, num_batches=1, seed=3)
     staleness = StalenessConfig(collection=CollectionGateConfig(enabled=True))
-    driver = GatedCollectionDriver(config, EngineRunner(client), ["t"], scorer=scorer,
-                                   staleness=staleness, sink=sink)
+    driver = collection_driver(config, EngineRunner(client), ["t"], scorer=scorer,
+                               staleness=staleness, sink=sink)
     async with contextlib.aclosing(driver.batches()) as batches:
         [batch] = [b async for b in batches]
     gated = [e for e in sink.events if isinstance(e, AttemptGated)]

@@ -14,7 +14,13 @@ import pytest
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.metrics.tensorboard import open_tensorboard
 from rollbank.metrics.wandb import open_wandb
-from rollbank.scheduling.events import AttemptEvent, AttemptFinished, BatchEvent, Event, EventKind
+from rollbank.scheduling.policy.events import (
+    AttemptEvent,
+    AttemptFinished,
+    BatchEvent,
+    Event,
+    EventKind,
+)
 
 pytestmark = pytest.mark.integration
 

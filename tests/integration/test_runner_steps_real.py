@@ -30,7 +30,7 @@ from rollbank.inference.protocol import GenerateRequest
 from rollbank.routing.factory import make_router
 from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.sandbox.pool import WarmPool
-from rollbank.scheduling.types import AttemptKey, AttemptSpec
+from rollbank.scheduling.policy.types import AttemptKey, AttemptSpec
 from rollbank.tasks.config import BuilderConfig
 from rollbank.tasks.loader import load_task
 

@@ -271,7 +271,8 @@ async def test_shell_tool_path_without_helper(tmp_path: Path, base: Path) -> Non
 
 
 async def test_warm_pool_over_real_sandboxes(backend: LocalBackend, base: Path) -> None:
-    from rollbank.sandbox.pool import WarmPool, WarmPoolConfig
+    from rollbank.sandbox.config import WarmPoolConfig
+    from rollbank.sandbox.pool import WarmPool
 
     async with WarmPool(backend, WarmPoolConfig(prestart=2)) as pool:
         await pool.prewarm("task", spec(base))

@@ -1,7 +1,8 @@
 """`rollbank serve-collector` as its own process (real sandboxes, fake inference engine),
 driven over HTTP by the client in this process: fetch, load, ack, announce a version, fetch
-as Arrow, a lease that runs out is offered again, status and metrics, 401 without the token,
-and SIGTERM ends it with exit 0."""
+as Arrow, a lease that runs out is offered again, status and metrics, 401 without the token;
+by default it exits 0 by itself once the collection finished and every batch is
+acknowledged; SIGINT exits 130 and SIGTERM 143 after releasing everything."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import torch
 
 from rollbank.batching.loader import read_batch_dir, table_to_tensors
 from rollbank.errors import ServiceError
@@ -60,6 +62,7 @@ def test_service_process_driven_by_a_client(tmp_path: Path) -> None:
            "--set", 'include=["hello-greeting","count-lines"]',
            "--groups", "1", "--group-size", "2", "--pool-groups", "1", "--batches", "3",
            "--port", "0", "--service.lease-s", "3", "--service.max-unacked-batches", "1",
+           "--service.exit-when-done", "false",  # kept serving after the last ack: status
            "--metrics.live", "off", "--metrics.report", "false", "--out", str(out)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -93,9 +96,14 @@ def test_service_process_driven_by_a_client(tmp_path: Path) -> None:
             # a trainer publishes version 1: the service hot-loads it on its engines
             ckpt = tmp_path / "weights" / "v000001"
             ckpt.mkdir(parents=True)
+            from safetensors.torch import save_file
+
+            save_file({"w": torch.zeros(2)}, str(ckpt / "model.safetensors"))
             pub = client.announce_version(1, checkpoint=str(ckpt))
             assert pub["applied"] is True and pub["detail"]["version"] == 1
-            assert len(pub["detail"]["servers"]) == 2 and pub["detail"]["failed"] == []
+            assert pub["detail"]["pattern"] == "checkpoint" and pub["detail"]["ok"] is True
+            servers = pub["detail"]["servers"]
+            assert len(servers) == 2 and pub["detail"]["serving"] == {s: 1 for s in servers}
             with pytest.raises(ServiceError) as err:
                 client.announce_version(1)
             assert err.value.status == 409
@@ -137,11 +145,36 @@ def test_service_process_driven_by_a_client(tmp_path: Path) -> None:
         resolved = json.loads((out / "config.resolved.json").read_text())
         assert resolved["service"]["token"] is None and TOKEN not in json.dumps(resolved)
 
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+        proc.send_signal(signal.SIGTERM)  # exit_when_done false: it serves until a signal
+        assert proc.wait(timeout=60) == 143
         assert proc.stdout is not None
         last = json.loads(proc.stdout.read().splitlines()[-1])
-        assert last["stopped"]["state"] == "stopping" and last["stopped"]["batches"]["acked"] == 3
+        assert last["stopped"]["state"] == "finished" and last["stopped"]["batches"]["acked"] == 3
+        assert last["stopped"]["signal"] == signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130)])
+def test_a_signal_ends_the_service_with_its_exit_code(tmp_path: Path, sig: int, code: int) -> None:
+    """Regression (issue 29): SIGINT ended serve-collector with exit 0, not 130."""
+    env = {**os.environ, "ROLLBANK_SERVICE_TOKEN": TOKEN,
+           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "rollbank.cli.main", "serve-collector",
+           "--inference.kind", "fake", "--inference.calibrate", "false",
+           "--set", 'include=["hello-greeting"]', "--groups", "1", "--group-size", "2",
+           "--pool-groups", "1", "--batches", "2", "--port", "0",
+           "--metrics.live", "off", "--metrics.report", "false", "--out", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = _line(proc, 120)["service"]
+        with CollectorClient(url, TOKEN) as client:  # collecting: ends says what it waits for
+            assert "after the collection ends" in client.status()["ends"]
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == code
+        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()

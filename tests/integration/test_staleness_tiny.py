@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 
 import torch
 
-from rollbank.batching.advantages import AdvantageConfig, grpo_advantages
+from rollbank.batching.advantages import grpo_advantages
 from rollbank.batching.batch import (
     Batch,
     BatchAccounting,
@@ -21,6 +21,7 @@ from rollbank.batching.batch import (
     GroupResult,
     SelectionProfile,
 )
+from rollbank.batching.config import AdvantageConfig
 from rollbank.batching.loader import batch_tensors, read_batch_dir, table_to_tensors
 from rollbank.batching.writer import MANIFEST_NAME, write_batch
 from rollbank.episodes.outcome import EpisodeOutcome, Reason

@@ -6,7 +6,8 @@ server with the tiny model, real bubblewrap sandboxes, the built-in trainer), 2 
   advances to the trainer's, the batches' per-token versions go {0} -> {1}, publication latency
   and apply pause are recorded apart in train.jsonl, by the named pattern;
 - ``checkpoint`` in async mode with the ``pause`` plan (refused before: vLLM refuses a plain
-  prefix-cache reset while frozen requests hold blocks): requests salted by version, no reset.
+  prefix-cache reset while frozen requests hold blocks): requests salted by version, no reset;
+  the divergence gate on (async's default), its decisions in each step record.
 (``checkpoint`` sync is tests/integration/test_train_real.py.)
 """
 
@@ -104,3 +105,8 @@ async def test_rollbank_train_async_pause_checkpoint(tmp_path: Path) -> None:
         steps = p["detail"]["steps_s"]
         assert steps["cache_reset_failed"] == 0 and steps["cache_reset_skipped"] == 1  # salted
     assert all(s["policy_age"] <= 1 for s in summary["steps"])
+    # async: the divergence gate is on by default; its decisions are in every step record
+    for s in summary["steps"]:
+        gate = s["gate"]
+        assert gate["enabled"] and gate["scorer"] == "engine_prompt_logprobs"
+        assert gate["admitted"] + gate["downweighted"] >= 1  # judged and kept rows were trained

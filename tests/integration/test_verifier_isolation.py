@@ -77,10 +77,10 @@ async def test_files_planted_at_the_root_are_hidden_from_the_pinned_command(
                   "ln -s /tmp/target /setup.cfg; mkdir -p /data && echo keep > /data/d")
     assert (await sb.exec("cat /conftest.py")).stdout.startswith("import os")  # control
     r = await sb.exec_pinned("for f in /pytest.ini /conftest.py /setup.cfg; do "
-                             "[ -f $f ] && echo FILE $f; wc -c < $f; done; cat /data/d /tmp/target",
+                             "[ -e $f ] || [ -L $f ] && echo FILE $f; done; cat /data/d /tmp/target",
                              pins=TOOLCHAIN_PINS)
-    assert "FILE" not in r.stdout, r  # no longer regular files: config discovery skips them
-    assert r.stdout.split() == ["0", "0", "0", "keep", "x"]  # agent dirs and other files stay
+    assert "FILE" not in r.stdout, r  # not in the verifier's root at all
+    assert r.stdout.split() == ["keep", "x"]  # agent dirs and other files stay
 
 
 async def test_loader_and_python_config_are_pinned(backend: LocalBackend, base: Path) -> None:
@@ -170,8 +170,10 @@ async def test_a_leftover_that_keeps_forking_cannot_tamper_with_the_verification
     assert alive.split()[0] == "1" and int(alive.split()[1]) >= 2  # control
     result = await run_verifier(sb, task, kill_leftovers=not task.services)
     assert result.status.value == "fail" and result.reward == 0.0, result
+    # the pinned verifier keeps the agent's processes (as Harbor does): it is not killing
+    # them that keeps them out of its view
     left = await sb.exec("ps -eo args | grep -v grep | grep -c hydra")
-    assert left.stdout.strip() == "0"
+    assert left.stdout.strip() != "0"
 
 
 async def test_a_live_service_cannot_rewrite_the_tests_or_the_reward(backend: LocalBackend) -> None:

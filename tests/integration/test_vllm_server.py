@@ -27,7 +27,7 @@ from rollbank.errors import BadRequestError, InferenceError
 from rollbank.inference.config import ServerConfig
 from rollbank.inference.models import create_tiny_lora, ensure_model, load_tokenizer
 from rollbank.inference.protocol import GenerateRequest, GenerateResult, SamplingParams
-from rollbank.inference.publish import WeightPublisher
+from rollbank.inference.publishing import CheckpointPublisher, WeightUpdate
 from rollbank.inference.server import ManagedServers
 from rollbank.inference.vllm_client import VLLMClient
 
@@ -70,6 +70,30 @@ async def test_token_ids_in_and_out(client: VLLMClient) -> None:
     assert b.cached_prompt_tokens is not None and b.cached_prompt_tokens > 0
     assert a.timings.total_s > 0  # the scale-out endpoint reports no queue/prefill split
     assert client.scale_out is True and a.token_versions == [0] * 24  # engine label "default"
+
+
+async def test_the_path_of_a_plain_vllm_serve(servers: ManagedServers, client: VLLMClient) -> None:
+    """What ``--servers URL`` does with a standard ``vllm serve`` (no scale-out route, no engine
+    versions): ``/v1/completions`` with token-id prompts, versions from rollbank's records,
+    labelled; the same greedy tokens and log-probs as the scale-out route of the same engine."""
+    from rollbank.inference_plane import ROLLBANK_VERSIONS, connect_external
+
+    url = servers.urls[0].rstrip("/")
+    into: dict[str, VLLMClient] = {}
+
+    def plain(u: str, *, versions_from_engine: bool) -> VLLMClient:
+        return VLLMClient(u, scale_out=False, versions_from_engine=versions_from_engine)
+
+    labels = await connect_external([url], "rollbank", into, plain)
+    try:
+        assert labels == {url: ROLLBANK_VERSIONS} and into[url].scale_out is False
+        got = await into[url].generate(greedy("plain-1"))
+        ref = await client.generate(greedy("plain-ref"))
+        assert got.token_ids == ref.token_ids and len(got.token_ids) == 24
+        assert got.token_versions == [0] * 24  # rollbank's record: nothing published yet
+        assert got.logprobs == pytest.approx(ref.logprobs, abs=1e-3)
+    finally:
+        await into[url].aclose()
 
 
 async def test_logprobs_are_the_sampling_distribution(client: VLLMClient) -> None:
@@ -168,15 +192,18 @@ async def test_weight_publisher_on_a_real_server(
     """The safe-order publisher against real vLLM: new version served, old one restored."""
     base_dir = ensure_model("tiny")
     before = await client.generate(greedy("p0"))
-    pub = WeightPublisher(servers.clients, pause_mode="wait", on_published=servers.remember_weights)
+    pub = CheckpointPublisher(servers.clients, base_dir, plan="finish",
+                              version=client.policy_version)
     ready = time.monotonic()
     new_dir = _perturbed_copy(base_dir, tmp_path / "ckpt-pub")
-    report = await pub.publish(str(new_dir), version=10, ready_at=ready)
+    report = await pub.publish(WeightUpdate(path=str(new_dir)), version=10, ready_at=ready)
+    servers.remember_weights(str(new_dir), 10)
     after = await client.generate(greedy("p1"))
     assert after.policy_version == 10 and after.token_ids != before.token_ids
     assert report.publication_s >= report.apply_pause_s > 0
     print("publish:", report.to_dict())
-    await pub.publish(str(base_dir), version=11)
+    await pub.publish(WeightUpdate(path=str(base_dir)), version=11)
+    servers.remember_weights(str(base_dir), 11)
     back = await client.generate(greedy("p2"))
     assert back.token_ids == before.token_ids and back.policy_version == 11
 
@@ -211,17 +238,23 @@ async def test_a_request_held_by_admission_waits_then_carries_the_new_version(
     servers: ManagedServers, client: VLLMClient
 ) -> None:
     version = client.policy_version + 1
-    pub = WeightPublisher(servers.clients, pause_mode="wait", on_published=servers.remember_weights)
-    publish = asyncio.create_task(pub.publish(str(ensure_model("tiny")), version=version))
-    await asyncio.sleep(0)  # publish closes the gate before its first await
-    assert not pub.gate.is_open
+    base_dir = ensure_model("tiny")
+    pub = CheckpointPublisher(servers.clients, base_dir, plan="finish", version=client.policy_version)
+    gate = pub.fleet.gate
+    publish = asyncio.create_task(pub.publish(WeightUpdate(path=str(base_dir)), version=version))
+    while not publish.done():  # validated (off the loop), then the gate closes
+        if not gate.is_open:
+            break
+        await asyncio.sleep(0.001)
+    assert not gate.is_open
     held = asyncio.create_task(client.generate(greedy("held", n=8)))
     observed_while_closed: list[tuple[int, bool]] = []
     while not publish.done():
-        if not pub.gate.is_open:
+        if not gate.is_open:
             observed_while_closed.append((client.inflight, held.done()))
         await asyncio.sleep(0.01)
     await publish
+    servers.remember_weights(str(base_dir), version)
     r = await held
     assert observed_while_closed and set(observed_while_closed) == {(0, False)}  # nothing sent
     assert r.token_versions == [version] * 8 and r.policy_version == version

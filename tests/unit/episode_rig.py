@@ -29,7 +29,7 @@ from rollbank.routing.factory import make_router
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
 from rollbank.sandbox.protocol import Sandbox, SandboxSpec
-from rollbank.scheduling.types import AttemptKey, AttemptSpec
+from rollbank.scheduling.policy.types import AttemptKey, AttemptSpec
 from rollbank.tasks.model import Task, TaskFormat
 
 TOK = FakeTokenizer()

@@ -7,10 +7,10 @@ import math
 import pytest
 
 from rollbank.batching.advantages import group_advantages, grpo_advantages, reward_of
+from rollbank.batching.config import AdvantageConfig
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.config import AdvantageConfig
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.types import AttemptKey, AttemptSpec
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.types import AttemptKey, AttemptSpec
 
 
 def _traj(slot: int, reason: Reason, reward: float | None):  # type: ignore[no-untyped-def]

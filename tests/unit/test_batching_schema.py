@@ -19,9 +19,9 @@ from rollbank.batching.schema import (
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.types import EmitBatch, Launch
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import EmitBatch, Launch
 
 
 def make_batch(groups: int = 2, n: int = 3, infra_slot: int | None = 1) -> Batch:

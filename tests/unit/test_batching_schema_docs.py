@@ -10,9 +10,9 @@ from rollbank.batching.schema import COLUMNS, SCHEMA, batch_to_table, column_doc
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.types import EmitBatch, Launch
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import EmitBatch, Launch
 
 
 def small_batch() -> Batch:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from rollbank.batching.advantages import AdvantageConfig, grpo_advantages
+from rollbank.batching.advantages import grpo_advantages
 from rollbank.batching.batch import (
     Batch,
     BatchAccounting,
@@ -20,11 +20,13 @@ from rollbank.batching.batch import (
     SelectionProfile,
     StalenessColumns,
 )
+from rollbank.batching.config import AdvantageConfig
 from rollbank.batching.loader import read_batch_dir, table_to_tensors
 from rollbank.batching.schema import (
     COLUMNS,
     META_UPGRADED,
     META_VERSION,
+    MINOR_COLUMNS,
     SCHEMA,
     SCHEMA_VERSION,
     STALENESS_FIELDS,
@@ -85,7 +87,7 @@ def current_logprobs(batch: Batch, measured: set[int]) -> dict[str, list[float] 
 
 
 def test_schema_v2_documents_every_staleness_column() -> None:
-    assert SCHEMA_VERSION == "2"
+    assert SCHEMA_VERSION.split(".")[0] == "2"
     names = [f.name for f in STALENESS_FIELDS]
     assert names == ["current_logprobs", "scorer_version", "is_weights", "is_keep",
                      "gate_verdict", "gate_weight", "gate_reasons", "rare_success",
@@ -94,13 +96,13 @@ def test_schema_v2_documents_every_staleness_column() -> None:
     docs = {n: d for n, _, d in COLUMNS}
     assert all(docs[n] for n in names)
     assert [f.name for f in SCHEMA if f.nullable] == ["current_logprobs", "divergence"]
-    assert list(V1_COLUMNS) + names == SCHEMA.names
+    assert list(V1_COLUMNS) + names + list(MINOR_COLUMNS) == SCHEMA.names
 
 
 def test_round_trip_without_current_logprobs_has_neutral_values(tmp_path: Path) -> None:
     path = write_batch(tmp_path, make_batch())
     manifest = json.loads((path / MANIFEST_NAME).read_text())
-    assert manifest["schema_version"] == "2" and manifest["staleness_report"] is None
+    assert manifest["schema_version"] == SCHEMA_VERSION and manifest["staleness_report"] is None
     table = read_batch_dir(path)
     assert table.column("current_logprobs").null_count == 3
     assert table.column("divergence").null_count == 3

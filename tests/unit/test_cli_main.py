@@ -65,7 +65,7 @@ def test_main_runs_off_the_main_thread(tmp_path: Path) -> None:
     worker = threading.Thread(target=run)
     worker.start()
     worker.join()
-    assert errors == [] and codes == [2]  # a missing file named on the command line: usage
+    assert errors == [] and codes == [3]  # a missing episode file: bad input
 
 
 def test_serve_waits_for_its_stop_signal_off_the_main_thread() -> None:

@@ -88,7 +88,7 @@ async def test_collect_writes_batches_events_episodes_summary_and_report(tmp_pat
     assert led["launched"] == led["consumed"] + led["retried"] + led["waste"]
     assert led["in_flight"] == led["finished"] == 0
     if HAVE_MATPLOTLIB:
-        assert (out / "report.html").read_text().count("data:image/png") == 4
+        assert (out / "report.html").read_text().count("data:image/png") == 5  # + attempts at a glance
     else:
         assert not (out / "report.html").exists()
     assert json.loads((out / "config.resolved.json").read_text())["scheduler"]["num_batches"] == 2

@@ -23,7 +23,7 @@ from rollbank.metrics.bound import Capacity
 from rollbank.metrics.events import read_events
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
-from rollbank.scheduling.scoring import FakeScorer
+from rollbank.scheduling.drivers.scoring import FakeScorer
 
 
 def gated_config() -> CollectConfig:

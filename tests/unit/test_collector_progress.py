@@ -37,7 +37,7 @@ async def test_non_tty_run_prints_plain_progress_and_a_summary(
                                sandboxes=SandboxPlane(WarmSource(pool, fake_spec(("L",))), FileVerifier()),
                                out_dir=tmp_path / "run", capacity=cap, setup_s=1.5)
     err = capsys.readouterr().err
-    assert "[rollbank] batch 1/2: groups 1/2" in err
+    assert "[rollbank] batch 0: groups 1/2" in err and "[rollbank] batch 1: groups 1/2" in err
     assert f"[rollbank] batch 0 written to {tmp_path / 'run' / 'batches' / 'batch-000000'}" in err
     assert "run finished: 2 batch(es)" in err
     assert "4/4 groups with reward variance (100%)" in err

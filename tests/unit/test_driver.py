@@ -16,11 +16,11 @@ from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.errors import SchedulingError
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.driver import CollectionDriver
-from rollbank.scheduling.events import AttemptFinished, Event, EventKind, ListSink
-from rollbank.scheduling.fake import FakeAttemptRunner, FakePlan
-from rollbank.scheduling.ledger import AttemptState, LedgerError
-from rollbank.scheduling.types import AttemptSpec
+from rollbank.scheduling.drivers.driver import CollectionDriver
+from rollbank.scheduling.drivers.fake import FakeAttemptRunner, FakePlan
+from rollbank.scheduling.policy.events import AttemptFinished, Event, EventKind, ListSink
+from rollbank.scheduling.policy.ledger import AttemptState, LedgerError
+from rollbank.scheduling.policy.types import AttemptSpec
 
 
 def _config(**kw: Any) -> SchedulerConfig:
@@ -147,7 +147,7 @@ async def test_inference_slots_bound_concurrent_generate_calls() -> None:
     )
     await _collect(driver)
     assert runner.max_concurrent_inference == 2
-    assert driver.scheduler.inference_in_use("s") == 0
+    assert driver.scheduler.inference.in_use("s") == 0
 
 
 async def test_stopping_early_cancels_everything_and_settles_it() -> None:

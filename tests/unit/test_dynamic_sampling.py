@@ -13,11 +13,11 @@ from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.errors import ConfigError
 from rollbank.scheduling.config import DynamicSamplingConfig, ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.events import EventKind, GroupEvent
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.ready_bank import GroupStatus, ReadyBank
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.types import AttemptKey, AttemptSpec, EmitBatch, Launch
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.events import EventKind, GroupEvent
+from rollbank.scheduling.policy.ready_bank import GroupStatus, ReadyBank
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import AttemptKey, AttemptSpec, EmitBatch, Launch
 
 
 def _ds(**kw: object) -> DynamicSamplingConfig:
@@ -221,8 +221,8 @@ async def test_driver_wakes_for_the_time_bound_without_a_result() -> None:
     import asyncio
     import contextlib
 
-    from rollbank.scheduling.driver import CollectionDriver
-    from rollbank.scheduling.fake import FakeAttemptRunner
+    from rollbank.scheduling.drivers.driver import CollectionDriver
+    from rollbank.scheduling.drivers.fake import FakeAttemptRunner
 
     gate = asyncio.Event()  # never set: the extra group's attempts block
     runner = FakeAttemptRunner(lambda spec: FakePlan(Reason.VERIFIED_FAIL, 0.0,

@@ -13,14 +13,21 @@ from rollbank.collect_config import load_collect_config
 from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.evaluation.passk import histogram_quantile, mean_pass_at_k, pass_at_k
-from rollbank.evaluation.run import EvalOptions, eval_config, evaluate, label_of, table
+from rollbank.evaluation.run import (
+    EvalOptions,
+    eval_config,
+    evaluate,
+    label_of,
+    result_lines,
+    table,
+)
 from rollbank.evaluation.timing import bucket_delta, merge_buckets, ttft_buckets
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import GenerateRequest
 from rollbank.inference_plane import InferencePlane
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
-from rollbank.scheduling.types import StragglerPolicy
+from rollbank.scheduling.config import StragglerPolicy
 
 TOK = FakeTokenizer()
 SOLVE = "```bash\necho hello > out.txt\n```\n"
@@ -108,9 +115,9 @@ async def test_eval_end_to_end_with_fakes(tmp_path: Path) -> None:
         row = await evaluate(cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
                              out_dir=tmp_path / "run", ks=[1, 2, 4])
     assert row["attempts"] == 12 and row["launched"] == 12  # every attempt launched is counted
-    assert row["per_task"] == {"a": {"n": 4, "successes": 1, "valid": 4},
-                               "b": {"n": 4, "successes": 4, "valid": 4},
-                               "c": {"n": 4, "successes": 0, "valid": 4}}
+    assert row["per_task"] == {"a": {"n": 4, "successes": 1, "valid": 4, "solve_rate": 0.25},
+                               "b": {"n": 4, "successes": 4, "valid": 4, "solve_rate": 1.0},
+                               "c": {"n": 4, "successes": 0, "valid": 4, "solve_rate": 0.0}}
     assert row["pass_at"]["1"] == pytest.approx((0.25 + 1 + 0) / 3)
     assert row["pass_at"]["2"] == pytest.approx((0.5 + 1 + 0) / 3)
     assert row["pass_at"]["4"] == pytest.approx(2 / 3)
@@ -124,3 +131,27 @@ async def test_eval_end_to_end_with_fakes(tmp_path: Path) -> None:
     on_disk = json.loads((tmp_path / "run" / "eval-row.json").read_text())
     assert on_disk["pass_at"] == row["pass_at"]
     assert "pass@2" in table({"ks": [1, 2, 4], "rows": [row]})
+
+
+async def test_eval_writes_an_eval_result_not_a_training_batch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: eval wrote training Parquet (batches/) and printed "batch 0 written"."""
+    tasks = [make_task(t) for t in ("a", "b", "c")]
+    base = load_collect_config(None, {"inference.kind": "fake", "metrics.live": "auto",
+                                      "metrics.report": False})
+    cfg = eval_config(base, attempts=4, num_tasks=3)
+    _, clients = make_fake_fleet(2, responder=model, decode_s_per_token=0.0)
+    plane = InferencePlane({c.base_url: c for c in clients}, TOK, TOK.vocab_size, "fake")
+    async with WarmPool(FakeBackend(files={"/app/.keep": b""})) as pool:
+        sandboxes = SandboxPlane(WarmSource(pool, fake_spec(("L",))), FileVerifier())
+        row = await evaluate(cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
+                             out_dir=tmp_path / "run", ks=[1], label="m")
+    assert not (tmp_path / "run" / "batches").exists()  # no training batch
+    assert (tmp_path / "run" / "eval-row.json").is_file()
+    err = capsys.readouterr().err
+    assert "written" not in err and "batch" not in err and "variance" not in err
+    assert "[rollbank] eval: m: task a 1/4 solved (tasks" in err
+    assert "task b 4/4 solved" in err and "task c 0/4 solved" in err
+    lines = result_lines({"rows": [row]})
+    assert [(r["task"], r["successes"], r["solve_rate"]) for r in lines] == [
+        ("a", 1, 0.25), ("b", 4, 1.0), ("c", 0, 0.0)]

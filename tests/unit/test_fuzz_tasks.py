@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from rollbank.errors import BuildError, InputError, TaskError
 from rollbank.tasks import dockerfile as df
 from rollbank.tasks import imageref
-from rollbank.tasks.folder import LoaderConfig
+from rollbank.tasks.config import LoaderConfig
 from rollbank.tasks.loader import load_task
 from rollbank.tasks.model import Task
 

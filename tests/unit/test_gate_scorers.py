@@ -11,7 +11,7 @@ import pytest
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import ServerUnreachableError
 from rollbank.inference.protocol import AdmissionGate
-from rollbank.scheduling.scoring import EngineScorer
+from rollbank.scheduling.drivers.scoring import EngineScorer
 
 
 def _traj(tid: str, n_model: int = 3) -> Trajectory:

@@ -9,20 +9,25 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pytest
+
 from rollbank.batching.batch import Batch
 from rollbank.batching.loader import batch_tensors
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.driver import CollectionDriver
-from rollbank.scheduling.events import AttemptWaste, EventKind, ListSink, WasteReason
-from rollbank.scheduling.fake import FakeAttemptRunner, FakePlan, make_trajectory
-from rollbank.scheduling.gated_bank import AttemptGated, GatedReadyBank
-from rollbank.scheduling.gated_driver import GatedCollectionDriver, collection_driver
-from rollbank.scheduling.ledger import AttemptState
-from rollbank.scheduling.scoring import FakeScorer, GroupScores
-from rollbank.scheduling.types import AttemptSpec
+from rollbank.scheduling.drivers.driver import CollectionDriver
+from rollbank.scheduling.drivers.fake import FakeAttemptRunner, FakePlan, make_trajectory
+from rollbank.scheduling.drivers.gated_driver import collection_driver
+from rollbank.scheduling.drivers.scoring import FakeScorer
+from rollbank.scheduling.policy.events import AttemptWaste, EventKind, ListSink, WasteReason
+from rollbank.scheduling.policy.gating import AttemptGated, StalenessGating
+from rollbank.scheduling.policy.ledger import AttemptState
+from rollbank.scheduling.policy.ready_bank import ReadyBank
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.scores import GroupScores
+from rollbank.scheduling.policy.types import AttemptSpec
 from rollbank.staleness.config import CollectionGateConfig, GateConfig, StalenessConfig
 
 STALENESS = StalenessConfig(collection=CollectionGateConfig(enabled=True))
@@ -65,8 +70,8 @@ async def test_a_dropped_slot_is_rerun_and_the_group_stays_complete() -> None:
     clock, sink = FakeClock(), ListSink()
     runner = FakeAttemptRunner(_plan([0]), clock)
     scorer = FakeScorer(_shifted(lambda t: t.attempt == 1 and t.retry == 0, -0.5), version=3)
-    driver = GatedCollectionDriver(_config(), runner, ["a"], scorer=scorer, staleness=STALENESS,
-                                   sink=sink, clock=clock)
+    driver = collection_driver(_config(), runner, ["a"], scorer=scorer, staleness=STALENESS,
+                               sink=sink, clock=clock)
     [batch] = await _run(driver)
     # the stale attempt was replaced in its slot: the group is complete with both slots
     [group] = batch.groups
@@ -107,8 +112,8 @@ async def test_a_slot_still_stale_after_the_rerun_limit_is_excluded() -> None:
     staleness = StalenessConfig(collection=CollectionGateConfig(enabled=True),
                                 gate=GateConfig(max_stale_retries=1))
     scorer = FakeScorer(_shifted(lambda t: t.attempt == 2, -0.5))
-    driver = GatedCollectionDriver(_config(n=3), FakeAttemptRunner(_plan([0]), clock), ["a"],
-                                   scorer=scorer, staleness=staleness, sink=sink, clock=clock)
+    driver = collection_driver(_config(n=3), FakeAttemptRunner(_plan([0]), clock), ["a"],
+                               scorer=scorer, staleness=staleness, sink=sink, clock=clock)
     [batch] = await _run(driver)
     [group] = batch.groups
     assert [t.trajectory_id for t in group.trajectories] == ["g00000/s0/r0", "g00000/s1/r0"]
@@ -126,8 +131,8 @@ async def test_a_slot_still_stale_after_the_rerun_limit_is_excluded() -> None:
 async def test_the_only_success_is_kept_with_a_weight_and_reported() -> None:
     clock, sink = FakeClock(), ListSink()
     scorer = FakeScorer(_shifted(lambda t: t.attempt == 1, -0.5))
-    driver = GatedCollectionDriver(_config(n=3), FakeAttemptRunner(_plan([1]), clock), ["a"],
-                                   scorer=scorer, staleness=STALENESS, sink=sink, clock=clock)
+    driver = collection_driver(_config(n=3), FakeAttemptRunner(_plan([1]), clock), ["a"],
+                               scorer=scorer, staleness=STALENESS, sink=sink, clock=clock)
     [batch] = await _run(driver)
     assert runner_ids(batch) == ["g00000/s0/r0", "g00000/s1/r0", "g00000/s2/r0"]
     assert batch.staleness is not None and batch.staleness.report is not None
@@ -148,8 +153,8 @@ def runner_ids(batch: Batch) -> list[str]:
 async def test_a_moderate_divergence_is_downweighted_in_the_columns() -> None:
     clock = FakeClock()
     scorer = FakeScorer(_shifted(lambda t: t.attempt == 0, -0.02))  # geo 0.980: down-weight
-    driver = GatedCollectionDriver(_config(), FakeAttemptRunner(_plan([0]), clock), ["a"],
-                                   scorer=scorer, staleness=STALENESS, clock=clock)
+    driver = collection_driver(_config(), FakeAttemptRunner(_plan([0]), clock), ["a"],
+                               scorer=scorer, staleness=STALENESS, clock=clock)
     [batch] = await _run(driver)
     assert batch.staleness is not None
     row = batch.staleness.rows["g00000/s0/r0"]
@@ -161,29 +166,30 @@ async def test_a_moderate_divergence_is_downweighted_in_the_columns() -> None:
 async def test_a_scorer_failure_leaves_the_group_unmeasured_and_collection_goes_on() -> None:
     clock, sink = FakeClock(), ListSink()
     scorer = FakeScorer(raises=RuntimeError("engine gone"))
-    driver = GatedCollectionDriver(_config(), FakeAttemptRunner(_plan([0]), clock), ["a"],
-                                   scorer=scorer, staleness=STALENESS, sink=sink, clock=clock)
+    driver = collection_driver(_config(), FakeAttemptRunner(_plan([0]), clock), ["a"],
+                               scorer=scorer, staleness=STALENESS, sink=sink, clock=clock)
     [batch] = await _run(driver)
     assert batch.staleness is not None
     assert {r["gate_verdict"] for r in batch.staleness.rows.values()} == {"admit"}
     assert {r["current_logprobs"] is None for r in batch.staleness.rows.values()} == {True}
     assert {e.unmeasured_why for e in _gated(sink)} == {"RuntimeError: engine gone"}
-    assert driver.scoring_log[0][-1] == 2  # both unmeasured
+    assert driver.scoring is not None and driver.scoring.log[0][-1] == 2  # both unmeasured
 
 
 def test_scores_for_a_group_aborted_while_scoring_are_ignored() -> None:
-    bank = GatedReadyBank(ReadyBankConfig(group_size=2), FakeClock(), staleness=STALENESS)
+    gate = StalenessGating(STALENESS)
+    bank = ReadyBank(ReadyBankConfig(group_size=2), FakeClock(), gate=gate)
     keys = bank.open_group("g", "t", 0)
     runner = FakeAttemptRunner(_plan([0]))
     for k in keys:
         bank.on_launched(k)
         spec = AttemptSpec(k, "t", 0, 2, 0.0)
         assert bank.on_finished(k, make_trajectory(spec, runner.plan_for(spec), now=0.0)) is None
-    [need] = bank.drain_scoring()
-    assert bank.scoring_count == 1 and bank.remaining("g") == 0
+    [need] = gate.drain()
+    assert gate.pending == 1 and bank.remaining("g") == 0
     bank.abort_group("g")
-    assert bank.on_scored("g", GroupScores(0, {}, "fake")) is None
-    assert bank.scoring_count == 0
+    assert gate.on_scored(bank, "g", GroupScores(0, {}, "fake")) is None
+    assert gate.pending == 0
     bank.check(full=True)
     assert len(need.trajectories) == 2
 
@@ -191,7 +197,16 @@ def test_scores_for_a_group_aborted_while_scoring_are_ignored() -> None:
 async def test_collection_driver_is_plain_unless_the_gate_is_enabled() -> None:
     runner = FakeAttemptRunner(_plan([0]))
     plain = collection_driver(_config(), runner, ["a"], staleness=StalenessConfig())
-    assert type(plain) is CollectionDriver
+    assert plain.scoring is None and plain.scheduler.gate is None
     gated = collection_driver(_config(), runner, ["a"], staleness=STALENESS, scorer=FakeScorer())
-    assert isinstance(gated, GatedCollectionDriver)
+    assert gated.scoring is not None and isinstance(gated.scheduler.gate, StalenessGating)
     assert StalenessConfig().collection.enabled is False
+
+
+def test_a_gate_without_a_scorer_or_a_scorer_without_a_gate_is_refused() -> None:
+    runner, clock = FakeAttemptRunner(_plan([0])), FakeClock()
+    gated = Scheduler(_config(), ["a"], clock, gate=StalenessGating(STALENESS))
+    with pytest.raises(ValueError, match="gate"):  # its groups would wait for scores forever
+        CollectionDriver(_config(), runner, ["a"], clock=clock, scheduler=gated)
+    with pytest.raises(ValueError, match="gate"):
+        CollectionDriver(_config(), runner, ["a"], clock=clock, scorer=FakeScorer())

@@ -3,7 +3,7 @@ once, whatever the order of completions and of scores (some arriving after their
 aborted), and every batch row is a kept verdict with its columns.
 
 Hypothesis draws the configuration (straggler policy, group size, re-run limits) and a
-random schedule; the pure :class:`GatedScheduler` is stepped to the end and closed.
+random schedule; the pure :class:`Scheduler` with the staleness gate is stepped to the end and closed.
 """
 
 from __future__ import annotations
@@ -16,14 +16,20 @@ from hypothesis import strategies as st
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.events import EventKind
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.gated import GatedScheduler
-from rollbank.scheduling.gated_bank import AttemptGated, NeedsScoring
-from rollbank.scheduling.ledger import AttemptState
-from rollbank.scheduling.scoring import GroupScores
-from rollbank.scheduling.types import AttemptKey, AttemptSpec, EmitBatch, Launch, StragglerPolicy
+from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig, StragglerPolicy
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.events import EventKind
+from rollbank.scheduling.policy.gating import AttemptGated, StalenessGating
+from rollbank.scheduling.policy.group_gate import NeedsScoring
+from rollbank.scheduling.policy.ledger import AttemptState
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.scores import GroupScores
+from rollbank.scheduling.policy.types import (
+    AttemptKey,
+    AttemptSpec,
+    EmitBatch,
+    Launch,
+)
 from rollbank.staleness.config import CollectionGateConfig, GateConfig, StalenessConfig
 
 OUTCOMES = [(Reason.VERIFIED_PASS, 1.0), (Reason.VERIFIED_FAIL, 0.0), (Reason.SANDBOX_DIED, None)]
@@ -54,7 +60,7 @@ def test_gated_scheduler_accounts_every_attempt_once(
     staleness = StalenessConfig(
         collection=CollectionGateConfig(enabled=True),
         gate=GateConfig(max_stale_retries=stale_retries, admit_unmeasured=admit_unmeasured))
-    s = GatedScheduler(config, ["a", "b"], clock, staleness=staleness)
+    s = Scheduler(config, ["a", "b"], clock, gate=StalenessGating(staleness))
     running: dict[AttemptKey, AttemptSpec] = {}
     pending: list[NeedsScoring] = []
     batches = []

@@ -123,12 +123,3 @@ def test_server_config_rejects_bad_counts() -> None:
     with pytest.raises(ValidationError):
         ServerConfig(threads=-1)
     assert ServerConfig(num_servers=3).num_servers == 3
-
-
-def test_bench_host_arms() -> None:
-    from rollbank.bench.host import _arms
-
-    assert _arms("auto", "bfloat16") == [("bfloat16", "inductor"), ("bfloat16", "eager"),
-                                         ("float32", "inductor"), ("float32", "eager")]
-    assert _arms("float32:eager, bfloat16", None) == [("float32", "eager"), ("bfloat16", "inductor")]
-    assert _arms("", "float32") == []

@@ -10,17 +10,19 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import httpx
 import pytest
+import torch
 from episode_rig import rig, script
 
 from rollbank.episodes.conversation import Conversation
 from rollbank.episodes.outcome import Outcome, Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import InferenceError, InvalidLogprobError, WeightVersionError
-from rollbank.inference.engine_output import parse_version_label, versions_from_spans
+from rollbank.inference.engine_output import parse_version_label, version_label, versions_from_spans
 from rollbank.inference.fake import FakeInferenceClient, FakeInferenceServer, FakeTokenizer
 from rollbank.inference.protocol import (
     AdmissionGate,
@@ -28,7 +30,7 @@ from rollbank.inference.protocol import (
     GenerateResult,
     SamplingParams,
 )
-from rollbank.inference.publish import WeightPublisher
+from rollbank.inference.publishing import CheckpointPublisher, WeightUpdate
 from rollbank.inference.sglang_client import SGLangClient
 from rollbank.inference.vllm_client import VLLMClient
 
@@ -243,14 +245,20 @@ async def test_fake_client_waits_for_admission() -> None:
     assert len((await task).token_ids) == 3
 
 
-async def test_publisher_gate_holds_every_client_and_the_held_request_gets_the_new_version() -> None:
+async def test_publisher_gate_holds_every_client_and_the_held_request_gets_the_new_version(
+        tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    ckpt = tmp_path / "v3"
+    ckpt.mkdir()
+    save_file({"w": torch.zeros(2)}, str(ckpt / "model.safetensors"))
     server = FakeInferenceServer(decode_s_per_token=0.0)
     fake = FakeInferenceClient(server)
-    engine = Engine(SCALE_OUT)
+    engine = Engine(SCALE_OUT, labels=(version_label(0), version_label(3)))  # reloaded: v3
     real = engine.client(scale_out=True)
     await real.connect()
-    pub = WeightPublisher([fake, real], pause_mode="wait")
-    assert fake.admission is pub.gate and real.admission is pub.gate
+    pub = CheckpointPublisher(cast(Any, [fake, real]), None, plan="finish")
+    assert fake.admission is pub.fleet.gate and real.admission is pub.fleet.gate
     reached_server_while_closed: list[int] = []
     orig_pause = server.pause
 
@@ -262,7 +270,7 @@ async def test_publisher_gate_holds_every_client_and_the_held_request_gets_the_n
 
     held: list[asyncio.Task[GenerateResult]] = []
     server.pause = pause_and_send  # type: ignore[method-assign]
-    await pub.publish("/ckpt/3", version=3)
+    await pub.publish(WeightUpdate(path=str(ckpt)), version=3)
     res = await held[0]
     assert reached_server_while_closed == [0]
     assert res.token_versions == [3, 3, 3, 3]

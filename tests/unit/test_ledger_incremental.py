@@ -11,21 +11,20 @@ import pytest
 
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.events import WasteReason
-from rollbank.scheduling.ledger import FINAL, AttemptState, Ledger, LedgerError
-from rollbank.scheduling.profile import dist
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.sim_model import SimCapacity
-from rollbank.scheduling.simulate import SimEpisode, _Sim
-from rollbank.scheduling.types import (
+from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig, StragglerPolicy
+from rollbank.scheduling.policy.events import WasteReason
+from rollbank.scheduling.policy.ledger import FINAL, AttemptState, Ledger, LedgerError
+from rollbank.scheduling.policy.profile import dist
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import (
     Abort,
     AttemptKey,
     AttemptSpec,
     EmitBatch,
     Launch,
-    StragglerPolicy,
 )
+from rollbank.scheduling.sim.sim_model import SimCapacity
+from rollbank.scheduling.sim.simulate import SimEpisode, _Sim
 
 
 def _workload(spec: AttemptSpec) -> SimEpisode:

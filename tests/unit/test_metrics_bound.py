@@ -104,3 +104,18 @@ def test_a_group_carried_from_the_previous_window_counts_only_what_remains() -> 
     assert lb.sandbox_work_s == pytest.approx(10.0)
     lb2 = lower_bound([carried, fresh, late], cap, groups_needed=3, window_start=100.0)
     assert lb2.critical_path_s == pytest.approx(30.0) and lb2.sandbox_work_s == pytest.approx(40.0)
+
+
+def test_verifier_work_counts_only_verification_inside_the_window() -> None:
+    """Regression (a fake-engine collect, batch 1: efficiency 1.93): the verifier term summed
+    the whole verification of groups carried from the previous window, verified before it."""
+    cap = Capacity(10.0, 40.0, 100.0, 400.0, sandbox_slots=64, verifier_slots=2)
+    ts = []
+    for i in range(4):
+        t = traj(f"t{i}", "g", decode=0, prompts=[], tools=[], verify=10.0)
+        t.launched_at, t.finished_at = 0.0, 31.0
+        add_span(t, Span("verify", 20.0, 30.0, t.trajectory_id, sandbox="x"))
+        ts.append(t)
+    assert lower_bound(ts, cap).verifier_work_s == pytest.approx(20.0)  # whole runs
+    lb = lower_bound(ts, cap, window_start=25.0)
+    assert lb.verifier_work_s == pytest.approx(4 * 5.0 / 2)  # the 5 s of each inside the window

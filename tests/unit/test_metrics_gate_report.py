@@ -68,7 +68,7 @@ def test_report_shows_the_gate_section_only_when_gated(tmp_path: Path) -> None:
     assert "<h2>Staleness gate per batch</h2>" in page
     assert ("12 attempts judged: 4 admitted, 4 down-weighted, 2 dropped and re-run, "
             "2 dropped for good (stale_final), 2 rare successes kept") in page
-    assert "<th>stale_final</th>" in page and "<th>rare_success_kept</th>" in page
+    assert "<th title='stale_final'>" in page and "<th title='rare_success_kept'>" in page
     off = write_report(tmp_path / "off.html", title="t", trajectories=[], events=[],
                        batches=[_batch(0, GateConfig(enabled=False))]).read_text()
     assert "Staleness gate" not in off

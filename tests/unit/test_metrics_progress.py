@@ -8,8 +8,14 @@ import sys
 import pytest
 
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
-from rollbank.metrics.progress import PlainProgress, progress_sink, run_summary_lines, wants_live
-from rollbank.scheduling.events import AttemptFinished, BatchEvent, EventKind, GroupEvent
+from rollbank.metrics.progress import (
+    PlainProgress,
+    ledger_line,
+    progress_sink,
+    run_summary_lines,
+    wants_live,
+)
+from rollbank.scheduling.policy.events import AttemptFinished, BatchEvent, EventKind, GroupEvent
 
 
 class TTY(io.StringIO):
@@ -52,9 +58,9 @@ def test_plain_lines_for_groups_batches_and_heartbeat() -> None:
     assert lines == [
         "[rollbank] server 0 ready in 123 s",
         "[rollbank] attempts finished 2 (model_failure 1, model_success 1) t=2s",
-        "[rollbank] batch 1/1: groups 1/2 (task hello, 4/4 valid, reward variance) t=10s",
-        "[rollbank] batch 1/1: groups 2/2 (task hello, 4/4 valid, zero variance) t=11s",
-        "[rollbank] batch 0 ready: 2 groups, 8 trajectories t=15s",
+        "[rollbank] batch 0: groups 1/2 (task hello, 4/4 valid, reward variance) t=10s",
+        "[rollbank] batch 0: groups 2/2 (task hello, 4/4 valid, zero variance) t=11s",
+        "[rollbank] batch 0 ready (1 of 1): 2 groups, 8 trajectories t=15s",
         "[rollbank] batch 0 written to /tmp/out/batches/batch-000000 (time to batch 15 s)",
     ]
 
@@ -73,6 +79,8 @@ def test_run_summary_fits_one_screen_and_reports_learning_signal() -> None:
     assert "3/4 groups with reward variance (75%); 1 zero-variance" in text
     assert "outcomes: model_failure 11, model_success 5" in text
     assert "set-up 62 s" in text and "/tmp/run/report.html" in text
+    # one count of attempts, in the ledger's line (before: "18 attempts" on the set-up line too)
+    assert text.count("attempts") == 1 and "attempts: 18 launched = 16 in batches" in text
 
 
 def test_run_summary_reports_every_complete_group_and_the_held_ones() -> None:
@@ -85,7 +93,7 @@ def test_run_summary_reports_every_complete_group_and_the_held_ones() -> None:
     assert "4/4 groups with reward variance (100%)" in text  # the batch
     # the run: the zero-variance share among all complete groups stays visible
     assert "all complete groups: 4/7 with reward variance, 3 zero-variance (43%); " \
-           "dynamic sampling held back 3, released 0" in text
+           "dynamic sampling released 0 of them into batches, 3 still held at the end" in text
 
 
 def test_held_group_line_says_so() -> None:
@@ -117,3 +125,38 @@ def test_no_stderr_or_a_closed_one_is_not_a_crash(monkeypatch: pytest.MonkeyPatc
     from rollbank.collector import plain_printer
 
     assert plain_printer(CollectConfig()) is None  # print(file=None) would write to stdout
+
+
+def test_one_batch_indexing_and_counts_that_agree() -> None:
+    """Regression: the summary said "batch 0: 4 groups x 16 traj" (4 groups of 4) and the
+    progress lines "batch 1/1" beside "batch 0 written": a batch is its 0-based index
+    everywhere, and its size reads as groups and trajectories."""
+    out = io.StringIO()
+    p = PlainProgress(total_batches=2, groups_per_batch=1, stream=out)
+    for i in range(2):
+        p.emit(GroupEvent(kind=EventKind.GROUP_READY, t=1.0 + i, group_id=f"g{i}",
+                          task_id="hello", seq=i, size=4, valid=4, zero_variance=False))
+        p.emit(BatchEvent(kind=EventKind.BATCH_READY, t=2.0 + i, batch_index=i, groups=1,
+                          trajectories=4, window_start=0.0))
+        p.batch_written(i, f"/o/batches/batch-00000{i}", 2.0)
+    text = out.getvalue()
+    assert "batch 0: groups 1/1" in text and "batch 1: groups 1/1" in text
+    assert "batch 0 ready (1 of 2)" in text and "batch 1 ready (2 of 2)" in text
+    assert "/1" not in text.replace("groups 1/1", "")  # no 1-based "batch k/N"
+    batch = {"batch_index": 0, "n_groups": 4, "n_trajectories": 16, "extra": {}}
+    lines = run_summary_lines([batch], out_dir="/o", setup_s=1.0, collection_s=2.0, attempts=16)
+    assert "  batch 0: 4 groups, 16 trajectories, time to batch" in "\n".join(lines)
+
+
+def test_the_final_ledger_says_what_the_waste_is_and_leaves_out_empty_states() -> None:
+    """Regression: "attempts: consumed 16, delivered 0, finished 0, ..., waste 16" right after a
+    batch whose accounting said waste 0: the run's waste is what was still running or unused
+    when the run ended (over-provisioned groups), and states that are 0 at the end are noise."""
+    ledger = {"launched": 32, "in_flight": 0, "finished": 0, "delivered": 0, "consumed": 16,
+              "retried": 0, "waste": 16, "unreachable": [],
+              "waste_by_reason": {"unconsumed_at_close": 16}}
+    assert ledger_line(ledger) == ("attempts: 32 launched = 16 in batches + 16 wasted "
+                                   "(16 still running or unused when the run ended)")
+    lines = run_summary_lines([], out_dir="/o", setup_s=1.0, collection_s=2.0, attempts=32,
+                              ledger=ledger, interrupted="SIGINT")
+    assert lines[0] == "run interrupted (SIGINT): 0 batch(es) written in /o"

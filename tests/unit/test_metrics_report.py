@@ -59,7 +59,7 @@ def test_report_is_self_contained_with_plots(tmp_path: Path) -> None:
                         notes=["a note <b>escaped</b>"])
     html = path.read_text()
     imgs = html.count("data:image/png;base64,")
-    assert imgs == 4
+    assert imgs == 5  # attempts at a glance, two timelines, durations, ready bank
     for name in ("Timeline per inference server", "Timeline per sandbox", "Trajectory durations",
                  "Ready bank", "critical_path_s", "time_to_batch_s"):
         assert name in html
@@ -72,7 +72,7 @@ def test_report_is_self_contained_with_plots(tmp_path: Path) -> None:
 @needs_matplotlib
 def test_report_without_trajectories_still_renders(tmp_path: Path) -> None:
     path = write_report(tmp_path / "r.html", title="empty", trajectories=[], events=[], batches=[])
-    assert path.read_text().count("data:image/png;base64,") == 1
+    assert path.read_text().count("data:image/png;base64,") == 1  # the ready bank
 
 
 @pytest.mark.skipif(HAVE_MATPLOTLIB, reason="checks the error when rollbank[report] is missing")
@@ -126,12 +126,101 @@ def test_report_has_a_headline_and_no_long_floats(tmp_path: Path) -> None:
     rows = dict(headline([s.to_dict()], trajs, setup_s=61.23456))
     assert rows["time to batch"] == "#0 5.12 s; set-up before the clock 61.2 s"
     assert "bound by" in rows["efficiency T_LB / T"]
-    assert rows["outcomes"] == "model_failure 5 (83%), model_success 1 (17%)"
-    assert rows["learning signal"] == "1/3 groups with reward variance (33%); 2 zero-variance"
-    assert "inference" in rows["where time went"] and "verify" in rows["where time went"]
+    assert rows["outcomes in batches"] == "6 trajectories: model_failure 5 (83%), model_success 1 (17%)"
+    assert rows["reward variance"] == "1/3 groups with reward variance (33%); 2 zero-variance"
+    assert "waiting for the model" in rows["where time went"] and "verifier" in rows["where time went"]
     path = write_report(tmp_path / "r.html", title="t", trajectories=trajs, events=[],
                         batches=[s.to_dict()], setup_s=61.2)
     page = path.read_text()
     assert page.index("class='headline'") < page.index("<h2>Batches</h2>")
     text_part = page.split("<h2>Timeline")[0]
     assert not re.search(r"\d\.\d{6,}", text_part)  # no 15-digit reprs anywhere in the tables
+
+
+@needs_matplotlib
+def test_report_reads_as_a_person_reads_it(tmp_path: Path) -> None:
+    """Regression (issue: the report): outcomes were a raw JSON dict in the batch table, nothing
+    said how many attempts were accepted or wasted, the timelines had no legend and no mark of
+    the hand-off or the straggler tail, and half the page was the raw config."""
+    from rollbank.metrics.report_plots import batch_marks
+
+    trajs = [traj(i, 0.5 * i, 0.5 * i + 3) for i in range(6)]
+    trajs[0].outcome = EpisodeOutcome.of(Reason.VERIFIED_PASS, reward=1.0)
+    cap = Capacity(10, 40, 100, 400, sandbox_slots=4)
+    s = summarize_batch(0, trajs[:4], t_start=0.0, t_end=5.0, seen=trajs, capacity=cap,
+                        servers=["s0", "s1"],
+                        extra={"accounting": {"launched": 6, "consumed": 4, "retried": 0,
+                                              "waste": 0, "carried": 2}})
+    ledger = {"launched": 6, "consumed": 4, "retried": 0, "waste": 2, "in_flight": 0,
+              "finished": 0, "delivered": 0}
+    page = write_report(tmp_path / "r.html", title="t", trajectories=trajs, events=[],
+                        batches=[s.to_dict()], config={"secret_dump": 1}, ledger=ledger,
+                        interrupted="SIGINT").read_text()
+    assert "Interrupted (SIGINT)" in page
+    assert "<th>attempts</th><td>6 launched: 4 in batches (67%), 2 wasted (33%)</td>" in page
+    assert "<h2>Outcomes per batch</h2>" in page and ">model_success</th>" in page
+    assert "{&quot;model_failure&quot;" not in page  # no raw dict
+    assert page.index("<details>") < page.index("secret_dump") < page.index("</details>")
+    (hand, tail_a, tail_b), = batch_marks([s.to_dict()], 0.0)
+    assert hand == 5.0 and tail_a == pytest.approx(s.t90_s) and tail_b == pytest.approx(s.t100_s)
+
+
+@needs_matplotlib
+def test_the_headline_names_its_populations_and_the_tables_speak_words(tmp_path: Path) -> None:
+    """Regression (the report of a real run): the headline's "outcomes" counted the batch's
+    16 trajectories beside a chart of all 24 finished attempts, without saying so; "12 wasted"
+    did not say why while the batch table said "carried 12"; span kinds (exec, sandbox_setup)
+    and JSON keys (n_groups, inference_idle_env_s) were the only labels."""
+    trajs = [traj(i, 0.5 * i, 0.5 * i + 3) for i in range(6)]
+    trajs[0].outcome = EpisodeOutcome.of(Reason.VERIFIED_PASS, reward=1.0)
+    trajs[5].outcome = EpisodeOutcome.of(Reason.VERIFIED_PASS, reward=1.0)
+    cap = Capacity(10, 40, 100, 400, sandbox_slots=4)
+    s = summarize_batch(0, trajs[:4], t_start=0.0, t_end=5.0, seen=trajs, capacity=cap,
+                        servers=["s0", "s1"])
+    ledger = {"launched": 8, "consumed": 4, "waste": 4, "waste_by_reason": {"unconsumed_at_close": 4}}
+    rows = dict(headline([s.to_dict()], trajs, ledger=ledger))
+    assert rows["outcomes in batches"] == "4 trajectories: model_failure 3 (75%), model_success 1 (25%)"
+    assert rows["outcomes of all finished attempts"] == \
+        "6 attempts: model_failure 4 (67%), model_success 2 (33%)"
+    assert rows["attempts"] == ("8 launched: 4 in batches (50%), 4 wasted (50%: 4 still running "
+                                "or unused when the run ended)")
+    went = rows["where time went"]
+    assert "waiting for the model" in went and "tool commands" in went and "exec" not in went
+    page = write_report(tmp_path / "r.html", title="t", trajectories=trajs, events=[],
+                        batches=[s.to_dict()], ledger=ledger).read_text()
+    assert "<th title='n_groups'>groups</th>" in page
+    assert "<th title='inference_idle_env_s'>servers idle while episodes in sandboxes (s)</th>" in page
+
+
+@needs_matplotlib
+def test_the_report_is_written_again_from_an_output_folder(tmp_path: Path) -> None:
+    """report_from_run_dir reads summary.json, events.jsonl and episodes/*.json back: the same
+    headline as the report written at the end of the run."""
+    import json
+
+    from episode_rig import make_task
+
+    from rollbank.episodes.replay import episode_record
+    from rollbank.metrics.report import report_from_run_dir
+
+    trajs = [traj(i, 0.5 * i, 0.5 * i + 3) for i in range(4)]
+    trajs[1].outcome = EpisodeOutcome.of(Reason.VERIFIED_PASS, reward=1.0)
+    s = summarize_batch(0, trajs, t_start=0.0, t_end=5.0, seen=trajs,
+                        capacity=Capacity(10, 40, 100, 400, sandbox_slots=4), servers=["s0", "s1"])
+    ledger = {"launched": 4, "consumed": 4}
+    run = tmp_path / "run-1"
+    (run / "episodes").mkdir(parents=True)
+    for t in trajs:
+        (run / "episodes" / f"{t.trajectory_id.replace('/', '__')}.json").write_text(
+            json.dumps(episode_record(t, make_task("x"), {})))
+    (run / "events.jsonl").write_text("")
+    (run / "summary.json").write_text(json.dumps({"batches": [s.to_dict()], "ledger": ledger,
+                                                  "setup_s": 1.5, "collection_s": 5.0}))
+    page = report_from_run_dir(run).read_text()
+    expected = write_report(tmp_path / "direct.html", title="rollbank collect: run-1",
+                            trajectories=trajs, events=[], batches=[s.to_dict()], setup_s=1.5,
+                            ledger=ledger).read_text()
+    head = page.split("<h2>")[0]
+    assert head.split("</table>")[0] == expected.split("<h2>")[0].split("</table>")[0]
+    assert "4 attempts: model_failure 3 (75%), model_success 1 (25%)" in head
+    assert page.count("data:image/png;base64,") == 5  # glance, two timelines, CDF, bank

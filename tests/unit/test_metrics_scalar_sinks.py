@@ -12,7 +12,7 @@ from rollbank.extras import MissingExtraError, require
 from rollbank.metrics.scalars import EventScalars
 from rollbank.metrics.tensorboard import TensorBoardSink
 from rollbank.metrics.wandb import WandbSink
-from rollbank.scheduling.events import (
+from rollbank.scheduling.policy.events import (
     AttemptEvent,
     AttemptFinished,
     AttemptWaste,

@@ -13,7 +13,7 @@ from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.metrics.events import EventLog, read_events
 from rollbank.metrics.live import LiveView
 from rollbank.metrics.prometheus import PrometheusSink
-from rollbank.scheduling.events import (
+from rollbank.scheduling.policy.events import (
     AttemptEvent,
     AttemptFinished,
     AttemptWaste,

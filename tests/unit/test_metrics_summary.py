@@ -91,3 +91,21 @@ def test_the_second_batchs_bound_counts_neither_handed_over_groups_nor_time_alre
     assert s.lower_bound["critical_path_s"] == pytest.approx(4.0)  # 14 s path, 10 s before
     assert s.lower_bound["groups_in_pool"] == 1
     assert s.efficiency == pytest.approx(1.0)
+
+
+def test_a_run_faster_than_its_calibration_never_has_efficiency_above_1() -> None:
+    """Regression (a tiny-model run reported efficiency 1.39): the capacity came from a
+    calibration measured on a busier host, slower than the run itself, so the modelled critical
+    path and inference work exceeded the measured time. A trajectory's time alone cannot exceed
+    the time it took, and the servers' rates are at least what the run achieved."""
+    slow = Capacity(decode_rate_single=1.0, decode_rate_max=2.0, prefill_rate_single=10.0,
+                    prefill_rate_max=20.0, sandbox_slots=8)
+    group = [episode(f"t{i}", "g1", start=0, infer=[(0, 1, "s0"), (2, 3, "s0")],
+                     tools=[(1, 2)], end=4, reason=Reason.VERIFIED_PASS, reward=1.0)
+             for i in range(4)]
+    s = summarize_batch(0, group, t_start=0.0, t_end=4.0, seen=group, capacity=slow,
+                        servers=["s0"], groups_needed=1, group_size=4)
+    assert s.efficiency is not None and 0 < s.efficiency <= 1.0
+    lb = s.lower_bound
+    assert lb["critical_path_s"] <= 4.0 and lb["inference_work_s"] <= 4.0
+    assert lb["sandbox_work_s"] <= 4.0

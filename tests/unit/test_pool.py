@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rollbank.errors import SandboxError
+from rollbank.sandbox.config import WarmPoolConfig
 from rollbank.sandbox.fake import FakeBackend, FakeSnapshot
-from rollbank.sandbox.pool import WarmPool, WarmPoolConfig
+from rollbank.sandbox.pool import WarmPool
 from rollbank.sandbox.protocol import SandboxSpec
 
 SPEC = SandboxSpec(layers=(Path("/base"),))
@@ -85,3 +88,51 @@ async def test_pool_refuses_use_outside_context() -> None:
     pool = WarmPool(FakeBackend())
     with pytest.raises(SandboxError):
         await pool.fork("t", SPEC, 1)
+
+
+class GatedBackend(FakeBackend):
+    """fork waits for ``fork_gate``; each sandbox's close waits for ``close_gate``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fork_gate = asyncio.Event()
+        self.close_gate = asyncio.Event()
+        self.closes_begun = 0
+
+    async def fork(self, snapshot: Any, n: int, *, budget_s: float | None = None) -> list[Any]:
+        await self.fork_gate.wait()
+        group = await super().fork(snapshot, n, budget_s=budget_s)
+        for sb in group:
+            sb.close = self._slow_close(sb)  # type: ignore[method-assign]
+        return group
+
+    def _slow_close(self, sb: Any) -> Callable[[], Coroutine[Any, Any, None]]:
+        async def close() -> None:
+            self.closes_begun += 1
+            await self.close_gate.wait()
+            sb.closed = True
+
+        return close
+
+
+async def test_a_stale_refill_closed_while_the_pool_exits_leaves_nothing_open() -> None:
+    """A refill whose snapshot went stale closes what it forked; the pool's exit (which
+    cancels refills) must not cut those closes short (it left both of these open)."""
+    backend = GatedBackend()
+    backend.fork_gate.set()
+    async with WarmPool(backend, WarmPoolConfig(prestart=2)) as pool:
+        await pool.prewarm("t", SPEC)
+        backend.fork_gate.clear()
+        group = await pool.fork("t", SPEC, 2)  # the stock; its refill waits at the gate
+        for _ in range(5):
+            await asyncio.sleep(0)
+        pool.put("t", await backend.snapshot_spec(SPEC))  # the refill's snapshot is stale
+        backend.fork_gate.set()
+        for _ in range(50):
+            if backend.closes_begun:
+                break
+            await asyncio.sleep(0)
+        assert backend.closes_begun >= 1
+        backend.close_gate.set()  # the exit's cancel reaches the refill before it resumes
+    # the refill's two are closed, the handed-out two are not
+    assert {sb.sandbox_id for sb in backend.live} == {sb.sandbox_id for sb in group}

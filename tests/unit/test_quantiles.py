@@ -1,10 +1,9 @@
-"""The one nearest-rank quantile helper, and its users agreeing on it."""
+"""The one nearest-rank quantile helper (its benchmark users: bench/tests/unit/test_bench_timing.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rollbank.bench.sandbox import summary as bench_summary
 from rollbank.quantiles import quantile, quantiles
 
 
@@ -28,11 +27,18 @@ def test_q_outside_unit_interval_is_an_error() -> None:
         quantile([1.0], 50)  # a percent where a fraction is meant
 
 
-def test_bench_summary_uses_the_helper() -> None:
-    s = bench_summary([0.001 * i for i in range(1, 101)])
-    assert s["p50"] == 50.0 and s["p99"] == 99.0 and s["n"] == 100
+def test_numpy_inverted_cdf_is_the_nearest_rank_formula() -> None:
+    import math
+    import random
+
+    rng = random.Random(7)
+    for n in (1, 2, 3, 10, 101):
+        xs = [rng.uniform(-5, 5) for _ in range(n)]
+        for q in (0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0):
+            assert quantile(xs, q) == sorted(xs)[max(0, math.ceil(q * n) - 1)]
 
 
-def test_bench_summary_of_nothing_is_null_not_nan() -> None:
-    s = bench_summary([])
-    assert s == {"p50": None, "p99": None, "min": None, "max": None, "n": 0}
+def test_interpolated_is_numpys_linear_percentile() -> None:
+    from rollbank.quantiles import interpolated
+
+    assert interpolated([0.0, 1.0, 2.0, 3.0], [0, 25, 50, 100]) == [0.0, 0.75, 1.5, 3.0]

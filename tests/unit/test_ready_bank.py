@@ -9,11 +9,11 @@ import pytest
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.scheduling.config import ReadyBankConfig
-from rollbank.scheduling.events import EventKind, WasteReason
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.ledger import AttemptState, LedgerError
-from rollbank.scheduling.ready_bank import GroupDone, GroupStatus, ReadyBank, Retry
-from rollbank.scheduling.types import AttemptKey, AttemptSpec
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.events import EventKind, WasteReason
+from rollbank.scheduling.policy.ledger import AttemptState, LedgerError
+from rollbank.scheduling.policy.ready_bank import GroupDone, GroupStatus, ReadyBank, Retry
+from rollbank.scheduling.policy.types import AttemptKey, AttemptSpec
 
 
 def _spec(key: AttemptKey) -> AttemptSpec:

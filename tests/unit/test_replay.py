@@ -35,7 +35,7 @@ from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.routing.factory import make_router
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
-from rollbank.scheduling.types import AttemptKey, AttemptSpec
+from rollbank.scheduling.policy.types import AttemptKey, AttemptSpec
 
 SOLVE = "```bash\nmkdir -p notes && cd notes && echo hello > /app/out.txt && pwd\n```\n"
 

@@ -7,16 +7,19 @@ from pathlib import Path
 import pytest
 
 from rollbank.errors import SandboxStartError
+from rollbank.sandbox.local.etc_files import FALLBACK_DNS, etc_files, resolv_conf
 from rollbank.sandbox.local.runtime import (
     DEFAULT_CAP_MASK,
     PRISTINE_MOUNT,
     IdMapping,
     check_pins,
+    env_pins,
     exec_argv,
     expand_pins,
     idmapped_views,
     init_argv,
     mapped_stage,
+    outermost,
     overlay_options,
     rlimit_shell,
     rlimit_values,
@@ -132,3 +135,41 @@ def test_the_mapped_stage_is_never_above_the_mount_dir_or_bwrap(tmp_path: Path) 
     assert mapped_stage(Path("/tmp/x/mnt"), "/usr/bin/bwrap") == "/run"
     assert mapped_stage(Path("/root/.cache/mnt"), "/usr/bin/bwrap") == "/tmp"
     assert mapped_stage(Path("/root/.cache/mnt"), "/tmp/bwrap") == "/run"
+
+
+def test_env_pins_are_the_toolchain_dirs_of_the_environment_not_the_work(tmp_path: Path) -> None:
+    (tmp_path / "opt" / "venv").mkdir(parents=True)
+    (tmp_path / "opt" / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    env = {"PATH": "/opt/venv/bin:/app/bin:/usr/local/bin:/bin:relative:/a,b",
+           "PYTHONPATH": "/srv/lib/", "HOME": "/root"}
+    pins = env_pins(env, [tmp_path], "/app")
+    # the venv's root with its bin; the work dir's bin is the agent's work; no unusable paths
+    assert pins == ["/opt/venv/bin", "/opt/venv", "/usr/local/bin", "/bin", "/srv/lib"]
+    assert outermost(["/usr", "/usr/local/bin", "+/tests", "/bin", "/opt/venv/bin",
+                      "/opt/venv", "/usr"]) == ["/usr", "+/tests", "/bin", "/opt/venv"]
+
+
+def test_resolv_conf_drops_loopback_nameservers_and_falls_back_like_docker() -> None:
+    host = "search lan\nnameserver 127.0.0.53\nnameserver 10.0.0.2\noptions edns0\n"
+    assert resolv_conf(host) == "search lan\nnameserver 10.0.0.2\noptions edns0\n"
+    assert resolv_conf("nameserver 127.0.0.53\n") == FALLBACK_DNS
+    files = etc_files("box", host)
+    assert files["/etc/hostname"] == b"box\n" and b"127.0.0.1\tlocalhost\n" in files["/etc/hosts"]
+
+
+def test_init_copies_the_runtime_files_into_the_sandbox(tmp_path: Path) -> None:
+    argv = init_argv(procs_files=[], mount_dir=tmp_path, layers=[tmp_path], storage_mb=64,
+                     rlimits="", bwrap="/usr/bin/bwrap", hostname="h", network=False,
+                     helper=Path("/cache/rb-helper"), files=[(7, "/etc/hosts")])
+    at = argv.index("--file")
+    assert argv[at - 2: at + 3] == ["--perms", "0644", "--file", "7", "/etc/hosts"]
+
+
+def test_the_anchor_gets_the_ready_pipe_on_the_helper_path_only(tmp_path: Path) -> None:
+    kw = dict(procs_files=[], mount_dir=tmp_path / "mnt", layers=[tmp_path], storage_mb=64,
+              rlimits="", bwrap="/usr/bin/bwrap", hostname="sb", network=False)
+    helper = init_argv(helper=Path("/h"), ready_fd=9, **kw)  # type: ignore[arg-type]
+    assert helper[-5:] == ["--as-pid-1", "--", "@ANCHOR@", "anchor", "9"]
+    assert init_argv(helper=Path("/h"), **kw)[-1] == "anchor"  # type: ignore[arg-type]
+    shell = init_argv(ready_fd=9, **kw)  # type: ignore[arg-type]
+    assert shell[-1].endswith("-- /bin/sleep infinity")  # sleep cannot write it: polled

@@ -10,11 +10,18 @@ from rollbank.batching.batch import Batch
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.events import EventKind, WasteReason
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.ledger import AttemptState
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.types import Abort, AttemptKey, AttemptSpec, Decision, EmitBatch, Launch
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.events import EventKind, WasteReason
+from rollbank.scheduling.policy.ledger import AttemptState
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import (
+    Abort,
+    AttemptKey,
+    AttemptSpec,
+    Decision,
+    EmitBatch,
+    Launch,
+)
 
 TASKS = ["t0", "t1", "t2", "t3", "t4", "t5"]
 
@@ -175,31 +182,31 @@ def test_naive_mode_launches_exactly_g_groups_waits_for_all_and_never_retries() 
 def test_inference_slots_are_per_server_and_granted_to_older_groups_first() -> None:
     s, _ = _sched(n=2, inference_slots_per_server=1, groups_per_batch=1, pool_groups=3)
     k0, k1, k2 = (AttemptKey(i, 0, 0, f"g{i:05d}") for i in range(3))
-    assert s.request_inference(k2, "a")
-    assert not s.request_inference(k1, "a")
-    assert not s.request_inference(k0, "a")
-    assert s.request_inference(k1, "b")  # another server has its own limiter
-    assert s.release_inference(k2, "a") == [k0]  # older group first, not arrival order
-    assert s.release_inference(k0, "a") == [k1]
-    assert s.inference_in_use("a") == 1
+    assert s.slots.request_inference(k2, "a")
+    assert not s.slots.request_inference(k1, "a")
+    assert not s.slots.request_inference(k0, "a")
+    assert s.slots.request_inference(k1, "b")  # another server has its own limiter
+    assert s.slots.release_inference(k2, "a") == [k0]  # older group first, not arrival order
+    assert s.slots.release_inference(k0, "a") == [k1]
+    assert s.inference.in_use("a") == 1
 
 
 def test_naive_mode_serves_inference_first_come_first_served() -> None:
     s, _ = _sched(n=2, mode="naive", inference_slots_per_server=1, groups_per_batch=3)
     k0, k1, k2 = (AttemptKey(i, 0, 0, f"g{i:05d}") for i in range(3))
-    assert s.request_inference(k2)
-    assert not s.request_inference(k1)
-    assert not s.request_inference(k0)
-    assert s.release_inference(k2) == [k1]
+    assert s.slots.request_inference(k2)
+    assert not s.slots.request_inference(k1)
+    assert not s.slots.request_inference(k0)
+    assert s.slots.release_inference(k2) == [k1]
 
 
 def test_cancelled_inference_waiter_is_never_granted() -> None:
     s, _ = _sched(n=2, inference_slots_per_server=1)
     k0, k1 = (AttemptKey(i, 0, 0, f"g{i:05d}") for i in range(2))
-    assert s.request_inference(k1)
-    assert not s.request_inference(k0)
-    s.cancel_inference_wait(k0)
-    assert s.release_inference(k1) == []
+    assert s.slots.request_inference(k1)
+    assert not s.slots.request_inference(k0)
+    s.slots.cancel_inference_wait(k0)
+    assert s.slots.release_inference(k1) == []
 
 
 def test_selection_profile_shows_short_first_bias() -> None:
@@ -251,13 +258,13 @@ def test_extra_groups_wait_while_inference_is_contended(hold: bool) -> None:
     first = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
     assert [(k.seq, k.slot) for k in first] == [(0, 0), (0, 1)]  # g1 waits for a sandbox slot
     a, b = first
-    assert s.request_inference(a) and not s.request_inference(b)  # b waits: contended
+    assert s.slots.request_inference(a) and not s.slots.request_inference(b)  # b waits: contended
     h.finish(a)  # a sandbox slot frees; g1 is an extra group (the batch needs only g0)
     launched = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
     assert [(k.seq, k.slot) for k in launched] == ([] if hold else [(1, 0)])
-    assert s.holding_extras is hold and s.inference_contended()
-    assert s.release_inference(a) == [b]  # b runs: nobody waits any more
-    assert not s.inference_contended()  # the driver polls again now (it is told to)
+    assert s.holding_extras is hold and s.inference.contended()
+    assert s.slots.release_inference(a) == [b]  # b runs: nobody waits any more
+    assert not s.inference.contended()  # the driver polls again now (it is told to)
     launched = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
     assert [(k.seq, k.slot) for k in launched] == ([(1, 0)] if hold else [])
 
@@ -267,7 +274,7 @@ def test_groups_the_batch_needs_launch_despite_contention() -> None:
                   inference_slots_per_server=1)
     h = Harness(s)
     a, b = (d.spec.key for d in h.poll() if isinstance(d, Launch))
-    assert s.request_inference(a) and not s.request_inference(b)
+    assert s.slots.request_inference(a) and not s.slots.request_inference(b)
     h.finish(a)
     launched = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
     assert [(k.seq, k.slot) for k in launched] == [(1, 0)]  # g1 is needed for the batch
@@ -280,13 +287,13 @@ def test_extra_groups_wait_while_verifiers_are_contended() -> None:
                   TASKS, clock)
     h = Harness(s)
     first = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
-    assert s.request_verifier(first[0]) and not s.request_verifier(first[1])
-    s.release_verifier(first[0])  # first[1] is granted; nobody waits any more
-    assert not s.verifier_contended()
-    assert not s.request_verifier(first[0])  # a re-verify waits: verification is contended
+    assert s.slots.request_verifier(first[0]) and not s.slots.request_verifier(first[1])
+    s.slots.release_verifier(first[0])  # first[1] is granted; nobody waits any more
+    assert not s.verifier.contended()
+    assert not s.slots.request_verifier(first[0])  # a re-verify waits: verification is contended
     h.finish(first[1])  # a slot frees while verifiers are contended: g1 (extra) waits
     assert [d for d in h.poll() if isinstance(d, Launch)] == [] and s.holding_extras
-    assert s.release_verifier(first[1]) == [first[0]]  # contention ends
+    assert s.slots.release_verifier(first[1]) == [first[0]]  # contention ends
     assert [(d.spec.key.seq, d.spec.key.slot) for d in h.poll() if isinstance(d, Launch)] == [(1, 0)]
 
 
@@ -299,12 +306,12 @@ def test_a_verifier_wait_holds_extras_back_only_when_configured_to() -> None:
                   TASKS, FakeClock())
     h = Harness(s)
     first = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
-    assert s.request_verifier(first[0]) and not s.request_verifier(first[1])
-    assert s.verifier_contended() and not s.extras_contended()
+    assert s.slots.request_verifier(first[0]) and not s.slots.request_verifier(first[1])
+    assert s.verifier.contended() and not s.slots.extras_contended()
     h.finish(first[0])  # a sandbox slot frees while a verifier waits: g1 (extra) launches
     launched = [d.spec.key for d in h.poll() if isinstance(d, Launch)]
     assert [(k.seq, k.slot) for k in launched] == [(1, 0)] and not s.holding_extras
-    assert s.request_inference(launched[0]) and not s.request_inference(first[1])
-    assert s.extras_contended()  # an inference wait still counts
+    assert s.slots.request_inference(launched[0]) and not s.slots.request_inference(first[1])
+    assert s.slots.extras_contended()  # an inference wait still counts
     h.finish(launched[0])
     assert [d for d in h.poll() if isinstance(d, Launch)] == [] and s.holding_extras

@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.driver import CollectionDriver
-from rollbank.scheduling.events import CapacityChanged, EventKind, ListSink
-from rollbank.scheduling.fake import FakeAttemptRunner, FakePlan, make_trajectory
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.types import AttemptSpec, Launch
+from rollbank.scheduling.drivers.driver import CollectionDriver
+from rollbank.scheduling.drivers.fake import FakeAttemptRunner, FakePlan, make_trajectory
+from rollbank.scheduling.policy.events import CapacityChanged, EventKind, ListSink
+from rollbank.scheduling.policy.inference_slots import InferenceSlots
+from rollbank.scheduling.policy.sandbox_slots import SandboxSlots
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import AttemptKey, AttemptSpec, Launch
 
 
 def _config(slots: int = 2, **kw: int) -> SchedulerConfig:
@@ -53,6 +55,33 @@ def test_capacity_drop_aborts_nothing_and_gates_launches_until_below() -> None:
     assert len(sched.running) == 2
     sched.on_capacity(0)  # no node left: still nothing launches, nothing is aborted
     assert sched.sandbox_slots == 0 and len(sched.running) == 2
+
+
+class _Counted(InferenceSlots):
+    """An injected inference capacity that counts what the scheduler asks of it."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.requests: list[tuple[AttemptKey, str]] = []
+
+    def request(self, key: AttemptKey, server: str) -> bool:
+        self.requests.append((key, server))
+        return super().request(key, server)
+
+
+def test_the_scheduler_uses_the_capacities_it_is_given_not_its_configs() -> None:
+    sandbox, inference = SandboxSlots(1), _Counted()
+    sched = Scheduler(_config(slots=4), ["a", "b"], FakeClock(), sandbox=sandbox,
+                      inference=inference)
+    (first,) = _launches(sched)  # the given 1 slot, not the config's 4
+    sched.on_capacity(3)
+    assert sandbox.slots == 3 and len(_launches(sched)) == 2
+    assert sched.slots.request_inference(first.key, "s") and inference.requests == [(first.key, "s")]
+    assert not sched.slots.request_inference(AttemptKey(9, 0, 0, "g9"), "s")  # 1 slot per server
+    assert sched.slots.extras_contended()  # the given capacity's wait counts
+    sched.on_servers(())  # declared, none serving: nothing more launches
+    sched.on_capacity(10)
+    assert _launches(sched) == []
 
 
 def test_unchanged_capacity_records_no_event() -> None:

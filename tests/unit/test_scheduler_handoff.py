@@ -14,20 +14,19 @@ from rollbank.batching.batch import Unreachable
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
 from rollbank.errors import RollbankError, SchedulingError
-from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.events import Event, EventKind, TaskUnreachable
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.ledger import AttemptState, LedgerError
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.simulate import SimEpisode, simulate
-from rollbank.scheduling.types import (
+from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig, StragglerPolicy
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.events import Event, EventKind, TaskUnreachable
+from rollbank.scheduling.policy.ledger import AttemptState, LedgerError
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import (
     Abort,
     AttemptKey,
     AttemptSpec,
     EmitBatch,
     Launch,
-    StragglerPolicy,
 )
+from rollbank.scheduling.sim.simulate import SimEpisode, simulate
 
 ABORT = StragglerPolicy.ABORT
 

@@ -20,19 +20,23 @@ from hypothesis import strategies as st
 from rollbank.batching.batch import Batch
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.config import DynamicSamplingConfig, ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.events import BatchEvent, BatchHandoff, Event, EventKind
-from rollbank.scheduling.fake import FakePlan, make_trajectory
-from rollbank.scheduling.ledger import AttemptState
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.types import (
+from rollbank.scheduling.config import (
+    DynamicSamplingConfig,
+    ReadyBankConfig,
+    SchedulerConfig,
+    SchedulingMode,
+    StragglerPolicy,
+)
+from rollbank.scheduling.drivers.fake import FakePlan, make_trajectory
+from rollbank.scheduling.policy.events import BatchEvent, BatchHandoff, Event, EventKind
+from rollbank.scheduling.policy.ledger import AttemptState
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import (
     Abort,
     AttemptKey,
     AttemptSpec,
     EmitBatch,
     Launch,
-    SchedulingMode,
-    StragglerPolicy,
 )
 
 OUTCOMES = [

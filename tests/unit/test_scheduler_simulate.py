@@ -6,9 +6,14 @@ import math
 import random
 
 from rollbank.episodes.outcome import Reason
-from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.simulate import SimEpisode, simulate
-from rollbank.scheduling.types import AttemptSpec, SchedulingMode, StragglerPolicy
+from rollbank.scheduling.config import (
+    ReadyBankConfig,
+    SchedulerConfig,
+    SchedulingMode,
+    StragglerPolicy,
+)
+from rollbank.scheduling.policy.types import AttemptSpec
+from rollbank.scheduling.sim.simulate import SimEpisode, simulate
 
 TASKS = [f"task-{i}" for i in range(16)]
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rollbank.batching.batch import DistStats
 from rollbank.quantiles import quantile
-from rollbank.scheduling.pool import ExactSum, Pool, RankStat
+from rollbank.scheduling.policy.pool import ExactSum, Pool, RankStat
 
 
 def _full(values: list[float]) -> DistStats:

@@ -15,11 +15,11 @@ from rollbank.routing.config import RouterConfig
 from rollbank.routing.factory import make_router, router_from_config
 from rollbank.routing.router import RouteRequest, RouterPolicy
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.driver import CollectionDriver
-from rollbank.scheduling.events import EventKind, ListSink, ServersChanged
-from rollbank.scheduling.fake import FakeAttemptRunner, FakePlan
-from rollbank.scheduling.scheduler import Scheduler
-from rollbank.scheduling.types import Launch
+from rollbank.scheduling.drivers.driver import CollectionDriver
+from rollbank.scheduling.drivers.fake import FakeAttemptRunner, FakePlan
+from rollbank.scheduling.policy.events import EventKind, ListSink, ServersChanged
+from rollbank.scheduling.policy.scheduler import Scheduler
+from rollbank.scheduling.policy.types import Launch
 
 
 def _config() -> SchedulerConfig:
@@ -115,7 +115,7 @@ async def test_driver_starts_on_the_first_server_and_the_router_learns_the_next(
     for _ in range(50):
         await asyncio.sleep(0)
     assert router.servers == ("http://s0", "http://s1")
-    assert driver.scheduler.inference_servers == ("http://s0", "http://s1")
+    assert driver.scheduler.inference.servers == ("http://s0", "http://s1")
     feed.done = True
     gate.set()
     assert await asyncio.wait_for(task, 10) == 1

@@ -11,7 +11,7 @@ from test_publishing import FakeEngine
 
 from rollbank.errors import ConfigError
 from rollbank.inference.fake import FakeTokenizer
-from rollbank.inference.publish import WeightPublisher
+from rollbank.inference.publishing import CheckpointPublisher
 from rollbank.inference.publishing.protocol import WeightUpdate
 from rollbank.inference_plane import InferencePlane
 from rollbank.service.config import load_service_config
@@ -42,7 +42,7 @@ async def test_an_announced_adapter_is_loaded_labelled_and_routed(tmp_path: Path
     log: list[str] = []
     engines: list[FakeEngine] = [NamingEngine("a", log), NamingEngine("b", log)]
     plane = _plane(engines)
-    publisher = WeightPublisher(list(plane.clients.values()), pause_mode="wait")
+    publisher = CheckpointPublisher(list(plane.clients.values()), None)  # type: ignore[arg-type]
     config = load_service_config(None, {"inference.kind": "fake"})
     get = lora_publisher(plane, publisher, config)
     pub = get()
@@ -51,12 +51,12 @@ async def test_an_announced_adapter_is_loaded_labelled_and_routed(tmp_path: Path
     assert rec.ok and [e.version for e in engines] == [1, 1]
     assert [e.loras for e in engines] == [{"policy-v1": str(tmp_path / "v1")}] * 2
     assert [getattr(e, "model", None) for e in engines] == ["policy-v1"] * 2
-    assert all(e.gate is publisher.gate for e in engines)  # one admission gate for both kinds
+    assert all(e.gate is publisher.fleet.gate for e in engines)  # one admission gate for both kinds
 
 
 async def test_clients_that_cannot_name_an_adapter_are_refused() -> None:
     plane = _plane([FakeEngine("a", [])])
-    publisher = WeightPublisher(list(plane.clients.values()), pause_mode="wait")
+    publisher = CheckpointPublisher(list(plane.clients.values()), None)  # type: ignore[arg-type]
     config = load_service_config(None, {"inference.kind": "fake"})
     with pytest.raises(ConfigError, match="FakeEngine"):
         lora_publisher(plane, publisher, config)()

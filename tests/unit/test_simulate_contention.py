@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.sim_model import LatencyProfile, SimCapacity, SimTurn
-from rollbank.scheduling.simulate import SimEpisode, SimResult, simulate
-from rollbank.scheduling.types import AttemptSpec, SchedulingMode
+from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig, SchedulingMode
+from rollbank.scheduling.policy.types import AttemptSpec
+from rollbank.scheduling.sim.sim_model import LatencyProfile, SimCapacity, SimTurn
+from rollbank.scheduling.sim.simulate import SimEpisode, SimResult, simulate
 
 TASKS = ["t0"]
 

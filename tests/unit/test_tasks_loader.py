@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rollbank.errors import TaskError
-from rollbank.tasks.folder import LoaderConfig
+from rollbank.tasks.config import LoaderConfig
 from rollbank.tasks.loader import load_task, load_tasks, resolve_paths
 from rollbank.tasks.model import TaskFormat
 

@@ -1,5 +1,5 @@
 """The training loop against fakes: fake inference servers (engine-side per-token versions),
-fake sandboxes, the real WeightPublisher on fake clients, a fake trainer.
+fake sandboxes, the publication seam's checkpoint pattern on fake clients, a fake trainer.
 
 - sync: collect -> train -> save -> publish in that order, no token generated between a batch
   hand-off and the next publication, batch k's tokens all of version k.
@@ -24,19 +24,18 @@ from rollbank.episodes.sandboxes import WarmSource
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.inference.fake import FakeTokenizer, make_fake_fleet
 from rollbank.inference.protocol import AdmissionGate, GenerateRequest
-from rollbank.inference.publish import WeightPublisher
+from rollbank.inference.publishing import (
+    CheckpointPublisher,
+    Pattern,
+    PublicationRecord,
+    Publisher,
+    WeightUpdate,
+)
 from rollbank.inference_plane import InferencePlane
 from rollbank.sandbox.fake import FakeBackend
 from rollbank.sandbox.pool import WarmPool
-from rollbank.scheduling.events import BatchEvent, Event, EventKind
-from rollbank.training.loop import (
-    CheckpointPublisher,
-    Publication,
-    Publisher,
-    TrainingLoop,
-    Weights,
-    batch_versions,
-)
+from rollbank.scheduling.policy.events import BatchEvent, Event, EventKind
+from rollbank.training.loop import TrainingLoop, batch_versions
 from rollbank.training.loop_config import LoopSettings, TrainConfig, load_train_config
 from rollbank.training.loop_run import TrainResult, train_with
 
@@ -74,8 +73,12 @@ class FakeTrainer:
         return {"w": torch.full((2,), float(len(self.trained)))}
 
     def save(self, root: Path, version: int) -> Path:
+        from safetensors.torch import save_file
+
         path = root / f"v{version:06d}"
         path.mkdir(parents=True)
+        save_file({"w": torch.full((2,), float(len(self.trained)))},  # a checkpoint to validate
+                  str(path / "model.safetensors"))
         self.log.append(f"save {version}")
         return path
 
@@ -110,16 +113,26 @@ def _config(mode: str, steps: int, max_lag: int = 1, **extra: Any) -> TrainConfi
 
 
 class LoggingPublisher:
-    wants_tensors = False
+    """A publisher of the seam that logs each publication it passed on."""
 
     def __init__(self, inner: Publisher, log: list[str]) -> None:
         self.inner = inner
         self.log = log
+        self.pattern = inner.pattern
+        self.wants_tensors = inner.wants_tensors
 
-    async def publish(self, version: int, weights: Weights) -> Publication:
-        pub = await self.inner.publish(version, weights)
+    @property
+    def version(self) -> int:
+        return self.inner.version
+
+    async def publish(self, update: WeightUpdate, *, version: int,
+                      ready_at: float | None = None) -> PublicationRecord:
+        rec = await self.inner.publish(update, version=version, ready_at=ready_at)
         self.log.append(f"published {version}")
-        return pub
+        return rec
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 async def _train(config: TrainConfig, out: Path, trainer: FakeTrainer, log: list[str],
@@ -134,8 +147,8 @@ async def _train(config: TrainConfig, out: Path, trainer: FakeTrainer, log: list
                            lambda name, path, v: adapters.append((name, path, v)))
 
     def make_publisher(plane: InferencePlane, gate: AdmissionGate) -> Publisher:
-        inner = WeightPublisher(list(plane.clients.values()), gate=gate, pause_mode="wait")
-        return LoggingPublisher(CheckpointPublisher(inner), log)
+        inner = CheckpointPublisher(list(plane.clients.values()), None, gate=gate, plan="finish")  # type: ignore[arg-type]
+        return LoggingPublisher(inner, log)
 
     async with WarmPool(FakeBackend(files={"/app/.keep": b""})) as pool:
         sandboxes = SandboxPlane(WarmSource(pool, fake_spec(("L",))), FileVerifier())
@@ -258,17 +271,25 @@ class FakePublisher:
         self.gate = gate
         self.fail = fail
         self.wants_tensors = tensors
+        self.pattern: Pattern = "direct" if tensors else "checkpoint"
+        self.version = 0
         self.log = log if log is not None else []
         self.seen_gate: list[bool] = []
-        self.got: list[Weights] = []
+        self.got: list[WeightUpdate] = []
 
-    async def publish(self, version: int, weights: Weights) -> Publication:
+    async def publish(self, update: WeightUpdate, *, version: int,
+                      ready_at: float | None = None) -> PublicationRecord:
         self.seen_gate.append(self.gate.is_open)
-        self.got.append(weights)
+        self.got.append(update)
         self.log.append(f"published {version}")
         if self.fail:
             raise RuntimeError("engine died")
-        return Publication(version, 0.01)
+        self.version = version
+        return PublicationRecord(self.pattern, version, version - 1, "finish", ready_at=0.0,
+                                 paused_at=0.0, resumed_at=0.01, serving_at=0.01)
+
+    async def aclose(self) -> None:
+        return None
 
 
 def _tensors(versions: list[int]) -> TensorBatch:
@@ -287,6 +308,7 @@ def _tensors(versions: list[int]) -> TensorBatch:
 class _Batch:
     def __init__(self, index: int) -> None:
         self.index = index
+        self.staleness = None  # the gate did not run in collection
 
 
 def test_batch_versions_counts_model_tokens_only() -> None:
@@ -360,7 +382,7 @@ async def test_a_tensor_publisher_gets_tensors_and_the_checkpoint_follows(tmp_pa
     await loop.on_batch(_Batch(0), tmp_path / "b0")  # type: ignore[arg-type]
     assert log == ["train 1", "tensors 1", "published 1", "save 1"]
     (got,) = pub.got
-    assert isinstance(got, dict) and got["w"].tolist() == [1.0, 1.0]
+    assert got.tensors is not None and got.tensors["w"].tolist() == [1.0, 1.0]
     assert loop.steps[0]["weights"] == str(tmp_path / "v000001")
 
 

@@ -11,11 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from rollbank.errors import ConfigError
+from rollbank.errors import ConfigError, PublicationError
 from rollbank.inference.protocol import AdmissionGate, GenerateRequest, PauseMode, SamplingParams
+from rollbank.inference.publishing import WeightUpdate
 from rollbank.inference.vllm_client import VLLMClient
 from rollbank.training.loop_config import load_train_config
-from rollbank.training.loop_publish import PatternPublisher, build_publisher
+from rollbank.training.loop_publish import build_publisher
 
 torch = pytest.importorskip("torch")
 
@@ -75,14 +76,13 @@ def _model_dir(tmp_path: Path) -> Path:
     return d
 
 
-def test_each_pattern_is_a_config_choice_and_colocated_is_refused_with_the_reason() -> None:
+def test_each_pattern_is_a_config_choice() -> None:
     c = load_train_config(None, {"loop.publisher": "direct"})
     assert c.collect.inference.managed.weight_transfer_backend == "rollbank_shm"  # set for it
     lora = load_train_config(None, {"loop.publisher": "lora", "trainer.finetune": "lora"})
     managed = lora.collect.inference.managed
     assert managed.enable_lora and managed.max_lora_rank >= lora.trainer.lora.rank
-    with pytest.raises(ConfigError, match="trainer's process"):
-        load_train_config(None, {"loop.publisher": "colocated"})
+    assert load_train_config(None, {"loop.publisher": "colocated"}).loop.inflight == "pause"
     with pytest.raises(ConfigError, match=r"trainer\.finetune = 'lora'"):
         load_train_config(None, {"loop.publisher": "lora"})
     with pytest.raises(ConfigError, match=r"loop\.publisher = 'lora'"):
@@ -112,14 +112,15 @@ async def test_checkpoint_pause_skips_the_reset_only_when_requests_are_salted(
     from safetensors.torch import save_file
 
     save_file({"w": torch.ones(2, 2)}, str(ckpt / "model.safetensors"))
-    pubn = await pub.publish(1, ckpt)
+    pubn = await pub.publish(WeightUpdate(path=str(ckpt)), version=1)
     # frozen requests hold blocks: unsalted, the reset must preempt them; salted, none is needed
     middle = [] if salt else ["reset-running"]
     assert log == ["pause-keep", "reload-v000001", *middle, "resume(model=None)"]
     assert pubn.version == 1 and server.version == 1
-    assert pubn.detail["steps_s"]["cache_reset_skipped"] == float(salt)
-    with pytest.raises(TypeError, match="directory"):
-        await pub.publish(2, {"w": torch.ones(2, 2)})
+    assert pubn.steps_s["cache_reset_skipped"] == float(salt)
+    assert not pub.wants_tensors  # the loop hands it the saved directory
+    with pytest.raises(PublicationError, match="checkpoint root"):
+        await pub.publish(WeightUpdate(tensors={"w": torch.ones(2, 2)}), version=2)
 
 
 async def test_lora_switches_the_requests_adapter_inside_the_pause(tmp_path: Path) -> None:
@@ -128,14 +129,14 @@ async def test_lora_switches_the_requests_adapter_inside_the_pause(tmp_path: Pat
     config = load_train_config(None, {"loop.publisher": "lora", "trainer.finetune": "lora",
                                       "trainer.lora.rank": 8})
     pub = build_publisher(config, [server], AdmissionGate(), _model_dir(tmp_path))  # type: ignore[list-item]
-    assert isinstance(pub, PatternPublisher) and not pub.wants_tensors
+    assert pub.pattern == "lora" and not pub.wants_tensors
     adapter = tmp_path / "v000001"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"r": 8}))
     from safetensors.torch import save_file
 
     save_file({"a.lora_A.weight": torch.zeros(8, 2)}, str(adapter / "adapter_model.safetensors"))
-    await pub.publish(1, adapter)
+    await pub.publish(WeightUpdate(path=str(adapter), lora=True), version=1)
     # loaded before the pause; the version named and the adapter switched before the resume;
     # no prefix-cache reset (the block hashes cover the adapter)
     assert log[:3] == ["load-policy-v1", "pause-wait", "label"]

@@ -23,9 +23,9 @@ from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.errors import ConfigError
 from rollbank.scheduling.config import ReadyBankConfig, SchedulerConfig
-from rollbank.scheduling.driver import CollectionDriver
-from rollbank.scheduling.fake import FakeAttemptRunner, FakePlan
-from rollbank.scheduling.types import AttemptSpec
+from rollbank.scheduling.drivers.driver import CollectionDriver
+from rollbank.scheduling.drivers.fake import FakeAttemptRunner, FakePlan
+from rollbank.scheduling.policy.types import AttemptSpec
 from rollbank.training.trl_adapter import (
     BatchStream,
     RollbankRollouts,

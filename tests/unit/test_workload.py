@@ -112,3 +112,47 @@ def _model_runs(mask: list[int]) -> list[list[int]]:
             runs[-1].append(m)
         prev = m
     return runs
+
+
+def _plans_digest(w: TraceWorkload) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for i in range(200):
+        p = w.plan(f"t{i % 7}", i)
+        h.update(repr([(t.tokens, t.tool_s, t.command().text) for t in p.turns]).encode())
+    return h.hexdigest()
+
+
+def test_agent_fields_at_their_defaults_leave_every_plan_as_before() -> None:
+    # digest of the plans before tokens_median / observation_chars_* existed (same draws)
+    assert _plans_digest(trace(seed=3)) == (
+        "669bfe87c50edfffbd2a9cab93d74eee8aef38048a143b0fd5e76a047ecb10f7")
+
+
+def test_lognormal_tokens_and_printed_observations() -> None:
+    w = trace(tokens_median=100, tokens_sigma=0.5, tokens_min=10, tokens_max=300,
+              observation_chars_median=120, observation_chars_sigma=0.6,
+              observation_chars_max=400)
+    turns = [t for s in range(300) for t in w.plan("t", s).turns]
+    tokens = [t.tokens for t in turns]
+    assert 85 <= statistics.median(tokens) <= 115 and min(tokens) >= 10 and max(tokens) <= 300
+    assert max(tokens) > 2 * statistics.median(tokens)  # a spread, not a constant
+    chars = [t.obs_chars for t in turns]
+    assert 100 <= statistics.median(chars) <= 140 and max(chars) <= 400
+    cmd = turns[0].command().text
+    assert cmd.startswith(f"sleep {turns[0].tool_s:.3f}; seq ") and cmd.endswith(
+        f"head -c {turns[0].obs_chars}")
+    with pytest.raises(ValidationError):
+        WorkloadConfig(kind="trace", observation_chars_max=50_000)  # seq prints ~45 kB
+
+
+
+def test_agent_shaped_plans_are_pinned_and_turn_values_match_the_plans() -> None:
+    w = trace(seed=3, tokens_median=100, tokens_sigma=0.5, tokens_max=300,
+              observation_chars_median=120, observation_chars_sigma=0.6)
+    # digest of these plans drawn with random.Random's own gauss/randint (before the inlining)
+    assert _plans_digest(w) == "668175d7a3f4d5abbccb349da64e7f7110ca9ced4dc4c6c099c5625126be7834"
+    for s in range(50):
+        assert [(t.tokens, t.tool_s, t.obs_chars) for t in w.plan("t", s).turns] == \
+            w.turn_values("t", s)

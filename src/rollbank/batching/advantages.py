@@ -13,27 +13,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pydantic import Field
-
-from rollbank.config import Section
+from rollbank.batching.config import AdvantageConfig
 from rollbank.episodes.outcome import Outcome
 from rollbank.episodes.trajectory import Trajectory
-
-
-class AdvantageConfig(Section):
-    """GRPO advantages over the valid (trainable) siblings of a group."""
-
-    normalize_std: bool = Field(
-        default=True,
-        description="divide (r - mean) by the group's std (GRPO); false: Dr. GRPO style",
-    )
-    eps: float = Field(default=1e-6, gt=0, description="added to the std before dividing")
-    failure_reward: float = Field(
-        default=0.0, description="reward of a model_failure whose verifier wrote no reward"
-    )
-    success_reward: float = Field(
-        default=1.0, description="reward of a model_success whose verifier wrote no reward"
-    )
 
 
 @dataclass(frozen=True)

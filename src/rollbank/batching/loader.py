@@ -24,6 +24,7 @@ extra.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -74,6 +75,9 @@ class TensorBatch:
     current_logprobs: torch.Tensor | None = None  # [B, T] float32; None: no row measured
     measured: torch.Tensor | None = None  # [B] bool, row has current_logprobs
     correction_mode: str | None = field(default=None)  # mode recorded in the staleness report
+    # schema 2.1: which segment each token is in (0.., -1 on padding); a token is conditioned
+    # only on the earlier tokens of its own segment (docs/chat.md). None: built by hand (one).
+    segment_ids: torch.Tensor | None = None  # [B, T] int64
 
     @property
     def token_advantages(self) -> torch.Tensor:
@@ -155,6 +159,52 @@ def _check_rows(table: pa.Table, file: Path) -> None:
     for name in _FINITE_COLUMNS:
         if name in table.schema.names and pc.all(pc.is_finite(table.column(name))).as_py() is False:
             raise BatchFileError(f"column {name} holds a non-finite value", file=file, field=name)
+    _check_ranges(table, file)
+    _check_segments(table, file)
+
+
+def _check_segments(table: pa.Table, file: Path) -> None:
+    """``segment_starts`` (2.1): starts at 0, strictly increasing, inside the row."""
+    if "segment_starts" not in table.schema.names:
+        return
+    for starts, n in zip(table.column("segment_starts").to_pylist(),
+                         table.column("num_tokens").to_pylist(), strict=True):
+        ok = bool(starts) and starts[0] == 0 and all(a < b for a, b in itertools.pairwise(starts))
+        if not ok or (n and starts[-1] >= n):
+            raise BatchFileError(f"a row's segment_starts {starts[:8]} is not 0 < ... < num_tokens",
+                                 file=file, field="segment_starts")
+
+
+def _segment_ids(table: pa.Table, lengths: np.ndarray, width: int) -> np.ndarray:
+    out = np.full((len(lengths), width), -1, dtype=np.int64)
+    for b, (starts, n) in enumerate(zip(table.column("segment_starts").to_pylist(), lengths,
+                                        strict=True)):
+        ends = [*starts[1:], int(n)]
+        for k, (a, e) in enumerate(zip(starts, ends, strict=True)):
+            out[b, a:e] = k
+    return out
+
+
+#: Per-token columns with a closed range of values: (column, lowest, highest or None).
+_RANGES = (("loss_mask", 0, 1), ("is_keep", 0, 1), ("token_ids", 0, None),
+           ("policy_versions", -1, None), ("is_weights", 0, None))
+
+
+def _check_ranges(table: pa.Table, file: Path) -> None:
+    """Values a trainer would misuse silently: a ``loss_mask`` or ``is_keep`` other than 0/1
+    (a x7 gradient weight), a negative token id, a policy version below -1, a negative
+    importance weight."""
+    for name, low, high in _RANGES:
+        if name not in table.schema.names:
+            continue
+        flat = pc.list_flatten(table.column(name))
+        if len(flat) == 0:
+            continue
+        lo, hi = pc.min_max(flat).values()
+        if lo.as_py() is not None and (lo.as_py() < low or (high is not None and hi.as_py() > high)):
+            bad = lo.as_py() if lo.as_py() < low else hi.as_py()
+            want = f"{low}..{high}" if high is not None else f">= {low}"
+            raise BatchFileError(f"a row's {name} holds {bad} (allowed {want})", file=file, field=name)
 
 
 def _padded(col: pa.ChunkedArray | pa.Array, lengths: np.ndarray, width: int,
@@ -221,6 +271,7 @@ def table_to_tensors(table: pa.Table, *, pad_id: int = 0, max_len: int | None = 
         current_logprobs=current,
         measured=torch.from_numpy(measured.copy()),
         correction_mode=_correction_mode(table.schema),
+        segment_ids=torch.from_numpy(_segment_ids(table, lengths, width)),
     )
 
 

@@ -1,4 +1,4 @@
-"""The Arrow schema of a trainable batch, version 2: one row per trainable trajectory.
+"""The Arrow schema of a trainable batch, version 2.1: one row per trainable trajectory.
 
 Owns the column layout and the conversion :func:`batch_to_table` from a
 :class:`~rollbank.batching.batch.Batch`. Readers check ``SCHEMA_VERSION`` in the schema
@@ -14,6 +14,13 @@ divergence statistics. They are filled from ``Batch.staleness`` (computed by
 (``current_logprobs`` and ``divergence`` null, ``scorer_version`` -1, ``is_weights`` = 1 and
 ``is_keep`` = 1 on model tokens, ``gate_verdict`` "unmeasured", ``gate_weight`` 1). The batch's
 staleness report (or null) is stored as JSON under the metadata key ``rollbank.staleness``.
+
+Version 2.1 adds ``segment_starts`` (chat harness, gateway: docs/chat.md): the token offsets
+where a segment begins. A model token in the segment starting at ``s`` was conditioned on the
+tokens from ``s`` up to it, not on earlier segments (a chat template that rewrote earlier
+turns, or an agent that edited its history, gave a re-rendered prompt, recorded as a new
+segment instead of re-tokenising the old one). ``[0]``: one segment, as every row before it;
+a 2.0 (or 1) file is read with ``[0]`` added by :func:`upgrade_table`.
 
 Each column is documented once, in :data:`COLUMNS`; the docs become Arrow field metadata
 (key ``doc``) and so ship inside every Parquet file: ``column_docs(pq.read_schema(path))``
@@ -36,7 +43,7 @@ import pyarrow as pa
 from rollbank.batching.batch import Batch
 from rollbank.errors import InputError
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "2.1"
 READABLE_VERSIONS = ("1", "2")  # major versions this reader accepts (1 is upgraded on read)
 SCHEMA_NAME = "rollbank.trajectory_batch"
 META_VERSION = b"rollbank.schema_version"
@@ -111,7 +118,12 @@ COLUMNS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("stale_retries", pa.int16(), "re-runs of this slot caused by the staleness gate"),
     ("divergence", DIVERGENCE_TYPE,
      "this row's log rho statistics: " + ", ".join(DIVERGENCE_FIELDS) + "; null: unmeasured"),
+    # --- version 2.1: segments (docs/chat.md) ---
+    ("segment_starts", pa.list_(pa.int32()),
+     "token offsets where a segment begins, first 0: a model token in the segment starting at "
+     "s was conditioned on tokens s.. only ([0]: one segment)"),
 )
+MINOR_COLUMNS = ("segment_starts",)  # added in 2.1: a 2.0 file gets them from upgrade_table
 
 V1_COLUMNS = tuple(name for name, _, _ in COLUMNS[: COLUMNS.index(
     next(c for c in COLUMNS if c[0] == "current_logprobs"))])
@@ -123,7 +135,8 @@ SCHEMA = pa.schema(
     metadata={META_VERSION: SCHEMA_VERSION.encode(), META_NAME: SCHEMA_NAME.encode()},
 )
 STALENESS_FIELDS: tuple[pa.Field, ...] = tuple(
-    SCHEMA.field(name) for name, _, _ in COLUMNS if name not in V1_COLUMNS
+    SCHEMA.field(name) for name, _, _ in COLUMNS
+    if name not in V1_COLUMNS and name not in MINOR_COLUMNS
 )
 
 
@@ -229,6 +242,7 @@ def batch_to_table(batch: Batch) -> pa.Table:
                 "tool_s": traj.tool_s, "verify_s": traj.verify_s,
             },
             "servers": list(traj.servers),
+            "segment_starts": list(traj.segment_starts) or [0],
             "outcome_json": json.dumps(traj.outcome.to_dict(), sort_keys=True, default=str),
         }
         row.update(_staleness_row(batch, traj.trajectory_id, traj.loss_mask))
@@ -258,7 +272,7 @@ def check_schema(schema: pa.Schema) -> dict[str, Any]:
 
     Version 1 schemas pass with the version-1 columns (see :func:`upgrade_table`)."""
     version = schema_version(schema)
-    expected = V1_COLUMNS if version == "1" else SCHEMA.names
+    expected = V1_COLUMNS if version == "1" else [n for n in SCHEMA.names if n not in MINOR_COLUMNS]
     missing = [n for n in expected if n not in schema.names]
     if missing:
         raise SchemaError(f"missing columns: {missing}")
@@ -276,18 +290,26 @@ def staleness_report_of(schema: pa.Schema) -> dict[str, Any] | None:
 
 def upgrade_table(table: pa.Table) -> pa.Table:
     """A version-1 table with the version-2 staleness columns added (neutral values, see the
-    module doc) and its metadata marked ``rollbank.upgraded_from = 1``; version 2 unchanged."""
+    module doc), a 2.0 (or 1) table with ``segment_starts = [0]``, and the metadata marked
+    ``rollbank.upgraded_from = <major>``; a 2.1 table unchanged."""
     check_schema(table.schema)
-    if schema_version(table.schema) != "1":
+    major = schema_version(table.schema)
+    out = table
+    if major == "1":
+        masks = table.column("loss_mask").to_pylist()
+        neutral = [neutral_staleness(m) for m in masks]
+        out = table.select(list(V1_COLUMNS))
+        for f in STALENESS_FIELDS:
+            out = out.append_column(f, pa.array([r[f.name] for r in neutral], type=f.type))
+    for name in MINOR_COLUMNS:
+        if name not in out.schema.names:
+            f = SCHEMA.field(name)
+            out = out.append_column(f, pa.array([[0]] * out.num_rows, type=f.type))
+    if out is table:
         return table
-    masks = table.column("loss_mask").to_pylist()
-    neutral = [neutral_staleness(m) for m in masks]
-    out = table.select(list(V1_COLUMNS))
-    for f in STALENESS_FIELDS:
-        out = out.append_column(f, pa.array([r[f.name] for r in neutral], type=f.type))
     meta = dict(table.schema.metadata or {})
     meta[META_VERSION] = SCHEMA_VERSION.encode()
-    meta[META_UPGRADED] = b"1"
+    meta[META_UPGRADED] = major.encode()
     return out.replace_schema_metadata(meta)
 
 

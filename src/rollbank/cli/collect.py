@@ -39,7 +39,8 @@ def register(sub: Any) -> None:
     p.add_argument("--config", type=Path, help="TOML config (default: the embedded collect.toml)")
     p.add_argument("--servers", nargs="+", metavar="URL",
                    help="use these running vLLM servers instead of starting managed ones "
-                   "(= --inference.kind external --inference.urls URL...)")
+                   "(= --inference.kind external --inference.urls URL...)"
+                   "; the tokenizer is --inference.tokenizer (a model folder or name, default --model); a standard `vllm serve` works, its weight versions then come from rollbank's own publication records (--inference.external-versions); per-token versions from the engine need VLLM_SERVER_DEV_MODE=1 and --enable-scale-out")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted config key (VALUE parsed as JSON, else a string)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR",

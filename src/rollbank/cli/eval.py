@@ -5,14 +5,17 @@ task gets exactly --attempts attempts, and the report gives pass@1 / pass@k (unb
 estimator), the outcome taxonomy, p50/p95/p99 time to first token and per-request tokens/s,
 and cost per solved task (engine-seconds and sandbox-seconds per success). `--model A B`
 evaluates several models or checkpoint folders side by side (one row each). Every field of
-the collect configuration is a flag, as for `rollbank collect`. Writes <out>/eval.json and
-one collector folder per model; prints the JSON, then a short table.
+the collect configuration is a flag, as for `rollbank collect`. Writes the eval result,
+<out>/eval.json (one row per model) and <out>/results.jsonl (one line per model and task:
+attempts, successes, solve_rate), and one folder per model (episodes, events, report; no
+training batch); prints the JSON, then a short table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +42,8 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="runs/eval", help="output folder (default runs/eval)")
     p.add_argument("--servers", nargs="+", metavar="URL",
                    help="evaluate the model these running vLLM servers serve "
-                   "(= --inference.kind external --inference.urls URL...)")
+                   "(= --inference.kind external --inference.urls URL...)"
+                   "; the tokenizer is --inference.tokenizer (a model folder or name, default --model); a standard `vllm serve` works, its weight versions then come from rollbank's own publication records (--inference.external-versions); per-token versions from the engine need VLLM_SERVER_DEV_MODE=1 and --enable-scale-out")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted config key (VALUE parsed as JSON, else a string)")
     add_config_flags(p, CollectConfig, aliases=ALIASES)
@@ -52,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from rollbank.cli.flags import overrides_from
     from rollbank.collect_config import load_collect_config
     from rollbank.errors import UsageError
-    from rollbank.evaluation.run import EvalOptions, run_eval, table
+    from rollbank.evaluation.run import EvalOptions, label_of, run_eval, table
 
     values, origins = overrides_from(args, args.set)
     if args.servers:
@@ -68,4 +72,12 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(doc, indent=2, default=str))
     print()
     print(table(doc))
+    out = Path(args.out)
+    for r in doc["rows"]:
+        print(f"[rollbank] eval: {label_of(str(r['model']))}: {r['tasks']} task(s) x "
+              f"{r['attempts_per_task']} attempts, {r['successes']} solved, set-up "
+              f"{r['setup_s']:.0f} s, evaluation {r['wall_s']:.0f} s", file=sys.stderr, flush=True)
+    print(f"[rollbank] eval result written to {out / 'eval.json'} (pass@k, outcomes, per-task "
+          f"solve rates) and {out / 'results.jsonl'} (one line per model and task)",
+          file=sys.stderr, flush=True)
     return 0

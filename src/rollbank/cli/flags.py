@@ -11,13 +11,17 @@ string, and validated by the model itself: a bad value is reported as the flag t
 pydantic-settings' CLI source or tyro: both build the whole parser eagerly from the model and
 own ``--help``; rollbank keeps ``rollbank --help`` instant (sub-commands import lazily) and
 needs the flag -> field mapping to report errors by flag. This module is the whole mechanism.
+
+Help comes in two tiers: ``--help`` shows the command's own flags and the everyday ones (the
+aliases and any ``everyday`` keys) and names the parts the other flags belong to; ``--help-all``
+shows every flag, grouped under a heading per part of the config (``scheduler``, ``inference``,
+``sandbox``...).
 """
 
 from __future__ import annotations
 
 import argparse
 import enum
-import json
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -26,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rollbank.config import parse_flag_value
 from rollbank.errors import UsageError
 
 
@@ -108,21 +113,55 @@ class _Store(argparse.Action):
         setattr(namespace, "cfg_flag:" + self.dest[4:], option_string or self.dest[4:])
 
 
+#: a config with at most this many fields shows them all in ``--help`` (one tier)
+SMALL_CONFIG = 24
+
+
+class _HelpAll(argparse.Action):
+    """``--help-all``: give the hidden flags their help back, print the help, exit."""
+
+    def __init__(self, option_strings: list[str], dest: str, *,
+                 hidden: list[tuple[argparse.Action, str]], **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show every flag, grouped by part of the configuration, and exit")
+        self.hidden = hidden
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        for action, text in self.hidden:
+            action.help = text
+        parser.epilog = None
+        parser.print_help()
+        parser.exit()
+
+
+def part_of(key: str) -> str:
+    """The part of the config a dotted key belongs to (its first section; ``run`` for the
+    top-level fields)."""
+    return key.split(".", 1)[0] if "." in key else "run"
+
+
 def add_config_flags(
     parser: argparse.ArgumentParser,
     model: type[BaseModel],
     *,
     aliases: Mapping[str, str] | None = None,
     title: str = "configuration (any field of the config; see docs)",
+    everyday: tuple[str, ...] | None = None,
 ) -> list[Flag]:
     """Add a flag per leaf field of ``model`` (and ``aliases``: ``"--groups": "a.b"``).
 
     Parsed values land in the namespace under ``dest = "cfg:" + key`` (and the spelling used
     under ``"cfg_flag:" + key``); read them back with :func:`overrides_from`. Returns the flags.
+    The aliases and the ``everyday`` keys (None: every key of a model with at most
+    ``SMALL_CONFIG`` fields or without sections, none of a bigger one) are listed by ``--help``; every other flag only by
+    ``--help-all``, under a heading per part (``title``: kept for callers, unused).
     """
     flags = list(flags_of(model))
     by_key = {f.key: f for f in flags}
-    group = parser.add_argument_group(title)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    one_tier = len(flags) <= SMALL_CONFIG or len({part_of(f.key) for f in flags}) == 1
+    hidden: list[tuple[argparse.Action, str]] = []
     for alias, key in (aliases or {}).items():
         if key not in by_key:
             raise ValueError(f"alias {alias} names no config field {key!r}")
@@ -135,18 +174,30 @@ def add_config_flags(
     for f in flags:
         if f.option in (aliases or {}):
             continue  # the alias is this very spelling
-        group.add_argument(
+        part = part_of(f.key)
+        if part not in groups:
+            groups[part] = parser.add_argument_group(
+                f"{part} (--{part}.*)" if part != "run" else "the run (top-level fields)")
+        shown = f.key in everyday if everyday is not None else one_tier
+        action = groups[part].add_argument(
             f.option, dest="cfg:" + f.key, metavar=f.metavar, nargs=f.nargs, const="true",
-            default=argparse.SUPPRESS, help=f.help, action=_Store,
+            default=argparse.SUPPRESS, help=f.help if shown else argparse.SUPPRESS, action=_Store,
         )
+        if not shown:
+            hidden.append((action, f.help))
+    parser.add_argument("--help-all", action=_HelpAll, hidden=hidden)
+    counts: dict[str, int] = {}
+    for action, _ in hidden:
+        if action.dest[4:] not in (aliases or {}).values():  # an alias names it in --help
+            part = part_of(action.dest[4:])
+            counts[part] = counts.get(part, 0) + 1
+    parts = ", ".join(f"{p} ({n})" for p, n in counts.items())
+    if not counts:
+        return flags
+    parser.epilog = ((parser.epilog + "\n\n") if parser.epilog else "") + (
+        f"Every field of the configuration is a flag too: {sum(counts.values())} "
+        f"more, by part: {parts}. --help-all lists them all, grouped by part.")
     return flags
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def overrides_from(args: argparse.Namespace, pairs: list[str] | None = None
@@ -161,12 +212,13 @@ def overrides_from(args: argparse.Namespace, pairs: list[str] | None = None
     for dest, raw in vars(args).items():
         if dest.startswith("cfg:"):
             key = dest[4:]
-            values[key] = [_parse_value(v) for v in raw] if isinstance(raw, list) else _parse_value(raw)
             origins[key] = getattr(args, "cfg_flag:" + key, "--" + key.replace("_", "-"))
+            values[key] = ([parse_flag_value(v, origins[key]) for v in raw] if isinstance(raw, list)
+                           else parse_flag_value(raw, origins[key]))
     for item in pairs or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        values[key.strip()] = _parse_value(value)
         origins[key.strip()] = f"--set {key.strip()}"
+        values[key.strip()] = parse_flag_value(value, origins[key.strip()])
     return values, origins

@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "rollbank.cli.tasks",
     "rollbank.cli.serve",
     "rollbank.cli.serve_collector",
+    "rollbank.cli.serve_gateway",
     "rollbank.cli.collect",
     "rollbank.cli.train",
     "rollbank.cli.eval",

@@ -12,6 +12,7 @@ one. Exit code 0 only if all match (observations, reward, outcome and reason).
 from __future__ import annotations
 
 import argparse
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -21,29 +22,66 @@ def register(sub: Any) -> None:
         "replay", help="replay an episode file in a fresh sandbox", description=__doc__)
     p.add_argument("episode", type=Path, help="episode file (runs/<out>/episodes/*.json)")
     p.add_argument("--task", type=Path, help="task folder (default: the one recorded)")
+    p.add_argument("--run-config", type=Path, metavar="FILE",
+                   help="the run's resolved config, whose harness and sandbox settings the "
+                   "replay uses (default: config.resolved.json of the episode's run folder, "
+                   "<run>/episodes/../config.resolved.json; without one, default settings)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
-async def _replay(episode: Path, task_dir: Path | None) -> dict[str, Any]:
-    from rollbank.episodes.harnesses import make_harness
+def run_config(episode: Path, given: Path | None) -> tuple[Any, str]:
+    """The collection config the episode ran under, and where it came from: ``given``, else
+    ``config.resolved.json`` of the episode's run folder, else the defaults. Keys of other
+    commands' configs (``serve-collector``'s ``[service]``) are ignored; a file that does not
+    validate is an :class:`~rollbank.errors.ConfigError` naming it (exit 3)."""
+    from rollbank.collect_config import CollectConfig
+    from rollbank.config import read_json_input, validate
+    from rollbank.errors import ConfigError
+
+    path = given if given is not None else episode.resolve().parent.parent / "config.resolved.json"
+    if given is None and not path.is_file():
+        return CollectConfig.model_validate({}), "defaults (no config.resolved.json beside the episode's run)"
+    data = read_json_input(path, what="run config", error=ConfigError)
+    if not isinstance(data, dict):
+        raise ConfigError("a resolved config must hold a JSON object", file=path)
+    known = {k: v for k, v in data.items() if k in CollectConfig.model_fields}
+    return validate(CollectConfig, known, source=str(path)), str(path)
+
+
+def harness_for(record: Any, config: Any, episode: Path) -> Any:
+    """The harness the episode ran with: the run config's (its settings), by the episode's
+    recorded name; an unknown name is an :class:`~rollbank.errors.InputError` naming the file."""
+    from rollbank.collect_config import CollectConfig, make_harness_for
+    from rollbank.errors import InputError
+
+    name = record.harness or config.harness
+    known = typing.get_args(CollectConfig.model_fields["harness"].annotation)
+    if name not in known:
+        raise InputError(f"unknown harness {name!r}; known: {', '.join(known)}", file=episode,
+                         field="harness")
+    return make_harness_for(config.model_copy(update={"harness": name}))
+
+
+async def _replay(episode: Path, task_dir: Path | None, config_path: Path | None = None
+                  ) -> dict[str, Any]:
     from rollbank.episodes.replay import load_episode, replay_episode
     from rollbank.episodes.sandboxes import ColdSource, TaskVerifier
     from rollbank.sandbox.local.backend import LocalBackend
-    from rollbank.sandbox.local.config import LocalSandboxConfig
-    from rollbank.tasks.config import BuilderConfig
     from rollbank.tasks.loader import load_task
 
     record = load_episode(episode)
+    config, config_source = run_config(episode, config_path)
+    harness = harness_for(record, config, episode)
     task = load_task(task_dir or Path(record.task_path))
-    backend = LocalBackend(LocalSandboxConfig())
+    backend = LocalBackend(config.sandbox.local)
     try:
         report = await replay_episode(
-            record, task=task, source=ColdSource(backend, BuilderConfig.model_validate({}), rebuild=False),
-            verifier=TaskVerifier(), harness=make_harness(record.harness or "fenced-shell"))
+            record, task=task, source=ColdSource(backend, config.sandbox.builder, rebuild=False),
+            verifier=TaskVerifier(), harness=harness)
     finally:
         await backend.aclose()
-    return report.to_dict()
+    return {**report.to_dict(), "config": config_source}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
     from rollbank.errors import RollbankError
 
     try:
-        report = asyncio.run(_replay(args.episode, args.task))
-    except RollbankError as exc:
-        print(f"rollbank replay: {exc}", file=sys.stderr)
-        return 2
+        report = asyncio.run(_replay(args.episode, args.task, args.run_config))
+    except RollbankError as exc:  # a bad episode or task file is bad input: exit 3
+        print(f"rollbank replay: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:

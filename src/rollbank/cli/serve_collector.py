@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,4 +50,9 @@ def run(args: argparse.Namespace) -> int:
     config = config_from(args)  # a bad flag fails here, before anything starts
     status = serve_collector(config, say=lambda line: print(line, flush=True))
     print(json.dumps({"stopped": status}, default=str), flush=True)
+    signum = status.get("signal")
+    if signum is not None:  # drained and released; exit as every command does on a signal
+        print(f"rollbank serve-collector: {'interrupted' if signum == signal.SIGINT else 'terminated'}",
+              file=sys.stderr, flush=True)
+        return 130 if signum == signal.SIGINT else 143
     return 0

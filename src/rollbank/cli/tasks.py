@@ -53,20 +53,15 @@ def register(sub: Any) -> None:
 
 
 def _load(paths: list[str]) -> Any:
-    from rollbank.errors import InputError
+    """The tasks at ``paths``; a bad task folder raises its :class:`InputError`, which
+    ``rollbank.cli.main`` reports and ends with exit 3 (bad input)."""
     from rollbank.tasks.loader import load_tasks
 
-    try:
-        return load_tasks(paths)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return None
+    return load_tasks(paths)
 
 
 def _list(args: argparse.Namespace) -> int:
     tasks = _load(args.paths)
-    if tasks is None:
-        return 2
     rows = [{"id": t.task_id, "format": t.format.value, "difficulty": t.difficulty or "-",
              "category": t.category or "-", "cost": t.cost or "-", "hash": t.content_hash[:12],
              "path": str(t.path)} for t in tasks]
@@ -90,8 +85,6 @@ def _build(args: argparse.Namespace) -> int:
     from rollbank.tasks.builder import EnvironmentBuilder
 
     tasks = _load(args.paths)
-    if tasks is None:
-        return 2
     builder = EnvironmentBuilder()
     code = 0
     for t in tasks:

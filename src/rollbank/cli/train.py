@@ -6,7 +6,8 @@ the built-in trainer (full fine-tuning), sync mode, 2 steps of 2 groups x 4. Eac
 batch is written, the trainer steps on it, the weights are saved as ``weights/vNNNNNN`` and
 hot-loaded by every engine, which then tags the tokens it generates with the new version.
 ``--publisher direct`` sends the tensors over vLLM's weight-sync routes instead (checkpoint
-written after), ``--publisher lora --finetune lora`` loads a new adapter per version.
+written after), ``--publisher lora --finetune lora`` loads a new adapter per version,
+``--publisher colocated`` runs the engine inside this process (tensors handed by reference).
 Writes ``train.jsonl`` (per step: reward, loss, clip fraction, policy age, versions in the
 batch, publication latency, apply pause), ``train_summary.json`` and everything
 ``rollbank collect`` writes. ``--set key=value`` overrides any dotted config key
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,8 +33,10 @@ def register(sub: Any) -> None:
     p.add_argument("--inflight", choices=("finish", "abort", "pause"),
                    help="running requests at an update: drain, abort (re-run) or freeze")
     p.add_argument("--publisher", choices=("checkpoint", "direct", "lora", "colocated"),
-                   help="weight publication pattern (lora needs --finetune lora; colocated is "
-                   "refused: it needs an in-process engine)")
+                   help="weight publication pattern: checkpoint (hot-load a saved folder), "
+                   "direct (tensors over vLLM's weight-sync routes), lora (a new adapter per "
+                   "version; needs --finetune lora) or colocated (no server: an engine in this "
+                   "process gets the tensors by reference)")
     p.add_argument("--steps", type=int, help="optimizer steps (one batch each)")
     p.add_argument("--model", help="'tiny', 'gemma-3-270m' or a local HF folder (served and trained)")
     p.add_argument("--finetune", choices=("full", "lora"), help="trainer: full or LoRA")
@@ -90,6 +94,15 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     return o
 
 
+def for_stream(values: dict[str, Any], *, tty: bool) -> dict[str, Any]:
+    """Off a terminal (a log, a CI console) train prints plain progress lines as collect does
+    (``collect.metrics.live = "auto"`` unless set) and no progress bars (``TQDM_DISABLE``)."""
+    if not tty:
+        values = {"collect.metrics.live": "auto", **values}
+        os.environ.setdefault("TQDM_DISABLE", "1")
+    return values
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import time
@@ -99,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     from rollbank.training.loop_run import run_train
 
     t0 = time.monotonic()
-    config = load_train_config(args.config, overrides(args))
+    values = for_stream(overrides(args), tty=sys.stderr is not None and sys.stderr.isatty())
+    config = load_train_config(args.config, values)
 
     def progress(line: str) -> None:
         print(f"[{time.monotonic() - t0:7.1f}s] {line}", file=sys.stderr, flush=True)

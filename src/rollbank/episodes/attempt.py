@@ -7,7 +7,7 @@ Invariants
   carried work keep the ``seq`` of their group, which is their priority (lower runs first).
 
 These nouns live in ``episodes`` (the runner's layer) so that the runner does not import the
-scheduler above it; ``rollbank.scheduling.types`` re-exports them.
+scheduler above it; ``rollbank.scheduling.policy.types`` re-exports them.
 """
 
 from __future__ import annotations

@@ -75,6 +75,8 @@ class LoopEnd(StrEnum):
     INFERENCE_ERROR = "inference_error"
     ABORTED = "aborted"
     HOST_ERROR = "host_error"  # an unexpected exception on rollbank's side
+    AGENT_ERROR = "agent_error"  # an agent program (agents/) raised or was killed, all healthy
+    AGENT_NO_MODEL_CALL = "agent_no_model_call"  # an agent program never got a model answer
 
 
 # Loop ends after which the sandbox is still usable, so the verifier runs.
@@ -93,6 +95,8 @@ _END_REASON: dict[LoopEnd, Reason] = {
     LoopEnd.INFERENCE_ERROR: Reason.INFERENCE_ERROR,
     LoopEnd.ABORTED: Reason.ABORTED,
     LoopEnd.HOST_ERROR: Reason.HOST_ERROR,
+    LoopEnd.AGENT_ERROR: Reason.AGENT_ERROR,
+    LoopEnd.AGENT_NO_MODEL_CALL: Reason.AGENT_NO_MODEL_CALL,
 }
 
 # Commands that look like they destroy the sandbox they run in: a hint in the record, never

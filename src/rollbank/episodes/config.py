@@ -4,12 +4,19 @@ configuration does not load the runner or the sandbox backend."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from rollbank.config import Section
 from rollbank.sandbox.local.config import LocalSandboxConfig
 from rollbank.sandbox.ray.config import RaySandboxConfig
 from rollbank.tasks.config import BuilderConfig
+
+#: Default cap (bytes) on one observation a harness shows the model.
+DEFAULT_OBSERVATION_LIMIT = 10_000
+#: How the Terminus-2 harness frames its transcript (see ``harnesses.terminus2``).
+Framing = Literal["plain", "chatml", "gemma"]
 
 
 class RunnerConfig(Section):
@@ -74,4 +81,69 @@ class SandboxSection(Section):
     )
     builder: BuilderConfig = Field(
         default_factory=lambda: BuilderConfig.model_validate({}), description="environment builder settings"
+    )
+
+
+ToolFormat = Literal["auto", "hermes", "llama3_json", "pythonic"]
+
+
+class ChatConfig(Section):
+    """The chat harness (docs/chat.md)."""
+
+    max_tokens: int = Field(default=256, ge=1, description="Token budget of one model turn.")
+    temperature: float = Field(default=0.7, ge=0.0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    template: str | None = Field(
+        default=None, description="model name or folder whose chat template renders the chat "
+        "(None: the served model's: inference.managed.model, or inference.tokenizer)")
+    tool_format: ToolFormat = Field(
+        default="auto", description="tool-call family the model writes: hermes (<tool_call>), "
+        "llama3_json, pythonic; auto: llama3_json for a Llama-3 template, else hermes")
+    few_shot: bool = Field(default=True, description="put a worked example task (tool calls and "
+                           "results) in the chat before the task")
+    lenient: bool = Field(default=True, description="run a fenced ```bash block as a shell call "
+                          "(recorded as not a well-formed tool call)")
+    observation_limit_bytes: int = Field(
+        default=10_000, ge=256,
+        description="tool output beyond this many UTF-8 bytes keeps head and tail and a marker")
+
+
+class FencedShellConfig(Section):
+    """Sampling and formatting of the fenced-shell harness."""
+
+    max_tokens: int = Field(default=192, ge=1, description="Token budget of one model turn.")
+    temperature: float = Field(default=0.8, ge=0.0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    observation_limit_bytes: int = Field(
+        default=DEFAULT_OBSERVATION_LIMIT, ge=256,
+        description="Observations longer than this (UTF-8 bytes) keep head and tail and a "
+        "marker saying how much was dropped.",
+    )
+
+
+class AnswerLineConfig(Section):
+    """Sampling of the answer-line harness."""
+
+    max_tokens: int = Field(default=12, ge=1, description="Token budget of the one completion.")
+    temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+
+
+class Terminus2Config(Section):
+    """Sampling and formatting of the Terminus-2 JSON harness."""
+
+    max_tokens: int = Field(default=1024, ge=1, description="Token budget of one model turn.")
+    temperature: float = Field(default=0.7, ge=0.0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    framing: Framing = Field(
+        default="plain",
+        description="Turn markers: plain text, or the chatml / gemma chat turn tokens.",
+    )
+    observation_limit_bytes: int = Field(
+        default=DEFAULT_OBSERVATION_LIMIT, ge=256,
+        description="Terminal output beyond this many UTF-8 bytes keeps head and tail and a "
+        "marker (Terminus-2 cuts at 10 kB).",
+    )
+    max_duration_s: float = Field(
+        default=60.0, gt=0.0, description="Upper bound applied to a command's requested duration."
     )

@@ -33,9 +33,32 @@ text): if the observation's ids start with that very id, it is not appended a se
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from rollbank.episodes.trajectory import Trajectory
 from rollbank.inference.protocol import GenerateResult, Tokenizer
+from rollbank.tasks.model import Task
+
+
+class PromptSource(Protocol):
+    """What :func:`open_conversation` needs of a harness."""
+
+    def initial_prompt(self, task: Task) -> str: ...
+
+
+def open_conversation(harness: PromptSource, tokenizer: Tokenizer, trajectory: Trajectory,
+                      task: Task) -> Conversation:
+    """An episode's started conversation: the harness's own (``open_conversation``: the chat
+    harness, rendered by the model's chat template) or a text one from ``initial_prompt``."""
+    opener: Any = getattr(harness, "open_conversation", None)
+    if opener is not None:
+        conv = opener(tokenizer, trajectory, task)
+        if not isinstance(conv, Conversation):
+            raise TypeError(f"{type(harness).__name__}.open_conversation returned {type(conv).__name__}")
+        return conv
+    conv = Conversation(tokenizer, trajectory)
+    conv.start(harness.initial_prompt(task))
+    return conv
 
 
 class Conversation:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rollbank.config import read_json_input
 from rollbank.episodes.outcome import EpisodeOutcome, Outcome, Reason
 from rollbank.errors import InputError
 
@@ -97,6 +98,13 @@ class EpisodeFile(_Record):
     task_steps: list[TaskStepEntry] = Field(
         default_factory=list, description="per-step verdicts of a multi-step task, in order")
     outcome: OutcomeEntry | None = Field(default=None, description="the recorded verdict")
+
+
+def read_episode(path: Path) -> EpisodeFile:
+    """Read and validate the episode file at ``path``: every failure (missing, a directory,
+    not UTF-8, not JSON, NaN/Infinity, nested too deeply, a bad field) is an
+    :class:`InputError` naming the file (exit 3), never a traceback."""
+    return parse_episode(read_json_input(path, what="episode file"), file=path)
 
 
 def parse_episode(data: object, *, file: Path | None = None) -> EpisodeFile:

@@ -62,6 +62,10 @@ class Reason(StrEnum):
     # silent sandbox that a pristine fork (or the model's replayed actions) does not reproduce
     DISK_FULL = "disk_full"  # a failure with the writable layer full that the model's replayed
     # actions do not reproduce on a pristine fork, or that a pristine fork shares (the host's)
+    AGENT_ERROR = "agent_error"  # an agent program (agents/) raised or was killed while the
+    # gateway's and the sandbox's probes were healthy: the program's defect, not the model's
+    AGENT_NO_MODEL_CALL = "agent_no_model_call"  # an agent program that got no model answer
+    # (never called the model, or only sent malformed requests): nothing the model did
     # unknown
     UNATTRIBUTED = "unattributed"
 
@@ -90,6 +94,8 @@ REASON_OUTCOME: dict[Reason, Outcome] = {
     Reason.HOST_STALLED: Outcome.INFRA_FAILURE,
     Reason.PROMPT_EXCEEDS_CONTEXT: Outcome.INFRA_FAILURE,
     Reason.DISK_FULL: Outcome.INFRA_FAILURE,
+    Reason.AGENT_ERROR: Outcome.INFRA_FAILURE,
+    Reason.AGENT_NO_MODEL_CALL: Outcome.INFRA_FAILURE,
     Reason.UNATTRIBUTED: Outcome.UNKNOWN,
 }
 

@@ -7,31 +7,26 @@ service, like ``episodes/sandboxes.TaskVerifier``):
 - ``oracle``: the oracle solution; must pass. Its run also finds the files it creates or
   changes (``find -cnewer`` a marker, outside /proc, /sys, /dev, /tmp, /solution, /tests, /logs):
   the task's *outputs*.
-- cheats, each an agent's shell script run instead of the work; none may pass:
-  ``empty_outputs`` / ``placeholder_outputs`` (the outputs exist, empty / with placeholder
-  text), ``fake_tests`` (/tests replaced by a test that writes reward 1), ``write_reward``
-  (reward.txt and reward.json written into /logs/verifier), ``background_reward_writer`` (a
-  loop left running that keeps writing reward 1), ``kill_verifier_python`` (a loop left
-  running that kills every python/pytest process), ``forking_tamperer`` (a writer of reward 1
-  and of a passing /tests/test_outputs.py that replaces itself by a new pid every few ms),
-  ``trojan_test_runner`` (pytest replaced
-  by a program that exits 0: /usr/bin/pytest, /usr/local/bin/pytest, a ``pytest`` package
-  shadowing the real one in every site and the user site, ``usercustomize`` and
-  ``/etc/python3*/sitecustomize.py`` ending Python with status 0), ``pytest_config_hijack`` (``/pytest.ini`` + ``/conftest.py``
-  that ends the test process with status 0: pytest takes / as its rootdir).
+- every cheat of :data:`rollbank.episodes.cheats.CHEATS` (the catalogue and what each
+  tries): its script, then its check in the agent's own view (a cheat that is not active
+  there is reported ``inactive`` and not verified), then the verifier. Every cheat has a
+  check, so each verified cheat is recorded ``active: true``: shown to hold where the agent
+  left it (``unshown`` lists any verified without, and fails the probe).
 
-A cheat that passes is a *loophole*: the task's verifier can be gamed by a policy. The no-op
-check stays in :mod:`rollbank.episodes.validate`.
+A cheat that passes is a *loophole*: the task's verifier can be gamed by a policy. A toolchain
+redirection whose verification ends other than ``fail`` (the no-op's verdict; a crash) shows the
+verifier ran something the agent redirected: it is *reached*. Either makes the task's probe
+fail. The no-op check stays in :mod:`rollbank.episodes.validate`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shlex
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rollbank.episodes.cheats import CHEATS, Cheat
 from rollbank.episodes.verifier import VerifierStatus, run_oracle, run_verifier
 from rollbank.errors import InputError, RollbankError
 from rollbank.sandbox.protocol import Sandbox, SandboxBackend, SandboxSpec
@@ -46,65 +41,9 @@ FIND_OUTPUTS = (
     f"-o -path /tests -o -path /logs -o -path /run -o -path {MARKER} \\) -prune "
     f"-o -type f -cnewer {MARKER} -print 2>/dev/null | head -n {MAX_OUTPUTS}"
 )
-_LOOP_KILL_PY = (
-    'while :; do for d in /proc/[0-9]*; do c="$(tr "\\0" " " < "$d/cmdline" 2>/dev/null)"; '
-    'case "$c" in *python*|*pytest*) kill -9 "${d#/proc/}" 2>/dev/null;; esac; done; '
-    "sleep 0.02; done"
-)
-_LOOP_REWARD = ("while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
-                "sleep 0.02; done")
-_EXIT0 = "#!/bin/sh\\nexit 0\\n"
-#: A writer that replaces itself by a fresh pid every few ms (a /proc scan misses the copies)
-#: and rewrites the reward and the tests.
-_HYDRA = ("printf '%s\\n' 'sleep 0.005' 'mkdir -p /logs/verifier /tests' "
-          "'echo 1 > /logs/verifier/reward.txt' "
-          "'printf \"def test_ok():\\\\n    pass\\\\n\" > /tests/test_outputs.py' "
-          "'sh /tmp/.hydra.sh &' > /tmp/.hydra.sh; for i in 1 2 3 4; do "
-          "nohup setsid sh /tmp/.hydra.sh >/dev/null 2>&1 < /dev/null & done; sleep 0.2")
+INACTIVE = "inactive: the cheat did not take effect in this image"
 
-
-@dataclass(frozen=True)
-class Cheat:
-    name: str
-    uses_outputs: bool  # the script needs the oracle's output files
-
-    def script(self, outputs: Sequence[str]) -> str:
-        files = " ".join(shlex.quote(p) for p in outputs)
-        loop = 'for f in {files}; do mkdir -p "$(dirname "$f")"; {body}; done'
-        bg = "nohup setsid sh -c {} >/dev/null 2>&1 < /dev/null &"
-        return {
-            "empty_outputs": loop.format(files=files, body=': > "$f"'),
-            "placeholder_outputs": loop.format(files=files, body="printf 'placeholder\\n' > \"$f\""),
-            "fake_tests": ("rm -rf /tests && mkdir -p /tests && printf '#!/bin/bash\\nmkdir -p "
-                           "/logs/verifier; echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh"
-                           " && printf 'def test_ok():\\n    pass\\n' > /tests/test_outputs.py"),
-            "write_reward": ("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && "
-                             "echo '{\"reward\": 1}' > /logs/verifier/reward.json"),
-            "background_reward_writer": bg.format(shlex.quote(_LOOP_REWARD)) + " sleep 0.2",
-            "kill_verifier_python": bg.format(shlex.quote(_LOOP_KILL_PY)) + " sleep 0.2",
-            "forking_tamperer": _HYDRA,
-            "trojan_test_runner": (
-                f"for p in /usr/bin/pytest /usr/local/bin/pytest /usr/bin/py.test; do "
-                f"printf '{_EXIT0}' > \"$p\"; chmod +x \"$p\"; done; "
-                "for d in $(python3 -c 'import site; print(\" \".join(site.getsitepackages()"
-                " + [site.getusersitepackages()]))' "
-                "2>/dev/null); do mkdir -p \"$d/pytest\" && "
-                "printf 'import os\\nos._exit(0)\\n' > \"$d/pytest/__init__.py\" && "
-                "cp \"$d/pytest/__init__.py\" \"$d/pytest/__main__.py\" && "
-                "cp \"$d/pytest/__init__.py\" \"$d/usercustomize.py\"; done; "
-                "for d in /etc/python3*; do [ -d \"$d\" ] && "
-                "printf 'import os\\nos._exit(0)\\n' > \"$d/sitecustomize.py\"; done; true"),
-            "pytest_config_hijack": ("printf '[pytest]\\n' > /pytest.ini && "
-                                     "printf 'import os\\nos._exit(0)\\n' > /conftest.py"),
-        }[self.name]
-
-
-CHEATS: tuple[Cheat, ...] = (
-    Cheat("empty_outputs", True), Cheat("placeholder_outputs", True), Cheat("fake_tests", False),
-    Cheat("write_reward", False), Cheat("background_reward_writer", False),
-    Cheat("kill_verifier_python", False), Cheat("forking_tamperer", False),
-    Cheat("trojan_test_runner", False), Cheat("pytest_config_hijack", False),
-)
+__all__ = ["CHEATS", "Cheat", "ProbeReport", "ProbeRun", "probe_built", "probe_task"]
 
 
 @dataclass
@@ -113,10 +52,19 @@ class ProbeRun:
     status: str | None = None  # verifier status: pass / fail / crash / ...
     reward: float | None = None
     error: str | None = None
+    active: bool | None = None  # the cheat's check held in the agent's view (None: no check)
+    redirects: bool = False  # a toolchain redirection (its verdict must be the no-op's)
 
     @property
     def passed(self) -> bool:
         return self.status == VerifierStatus.PASS.value
+
+    @property
+    def reached(self) -> bool:
+        """A redirection that changed the verdict's kind: the verifier ran the agent's tool."""
+        return self.redirects and self.status is not None and not self.passed and \
+            self.status != VerifierStatus.FAIL.value and not self.status.startswith(
+                ("skipped", "inactive"))
 
 
 @dataclass
@@ -134,14 +82,30 @@ class ProbeReport:
         return [c.name for c in self.cheats if c.passed]
 
     @property
+    def reached(self) -> list[str]:
+        return [c.name for c in self.cheats if c.reached]
+
+    @property
+    def inactive(self) -> list[str]:
+        return [c.name for c in self.cheats if c.active is False]
+
+    @property
+    def unshown(self) -> list[str]:
+        """Cheats verified without first being shown active in the agent's view (none: every
+        cheat's check runs before its verification)."""
+        return [c.name for c in self.cheats if c.status is not None and c.active is not True
+                and not c.status.startswith(("skipped", "inactive"))]
+
+    @property
     def ok(self) -> bool:
         oracle_ok = self.oracle is not None and self.oracle.passed
-        return self.skipped is None and oracle_ok and not self.loopholes and all(
-            c.error is None for c in self.cheats)
+        return self.skipped is None and oracle_ok and not self.loopholes and not self.reached \
+            and not self.unshown and all(c.error is None for c in self.cheats)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(ok=self.ok, loopholes=self.loopholes)
+        d.update(ok=self.ok, loopholes=self.loopholes, reached=self.reached,
+                 inactive=self.inactive, unshown=self.unshown)
         return d
 
 
@@ -173,15 +137,21 @@ async def probe_task(task: Task, backend: SandboxBackend, spec: SandboxSpec,
     finally:
         await sb.close()
     for cheat in cheats:
-        run = ProbeRun(cheat.name)
+        run = ProbeRun(cheat.name, redirects=cheat.redirects)
         rep.cheats.append(run)
         if cheat.uses_outputs and not rep.outputs:
             run.status = "skipped: the oracle changed no file"
             continue
         sb = await backend.start(spec)
         try:
-            await sb.exec(["/bin/bash", "-c", cheat.script(rep.outputs)],
+            await sb.exec(["/bin/bash", "-c", cheat.render(rep.outputs, spec.workdir)],
                           timeout_s=CHEAT_TIMEOUT_S, cwd=spec.workdir)
+            res = await sb.exec(cheat.check_argv(spec.workdir, rep.outputs),
+                                timeout_s=CHEAT_TIMEOUT_S, cwd="/")
+            run.active = cheat.held(res.exit_code, res.stdout)
+            if not run.active:
+                run.status = INACTIVE
+                continue
             await _verify(sb, task, run)
         except RollbankError as exc:
             run.error = f"{type(exc).__name__}: {exc}"

@@ -46,7 +46,7 @@ from rollbank.episodes.attribution import (
     stalled,
 )
 from rollbank.episodes.counterfactual import Counterfactual, ReplaySpec
-from rollbank.episodes.episode_file import SCHEMA, EpisodeFile, StepEntry, parse_episode
+from rollbank.episodes.episode_file import SCHEMA, EpisodeFile, StepEntry, read_episode
 from rollbank.episodes.harnesses import ActionKind, Harness
 from rollbank.episodes.outcome import EpisodeOutcome
 from rollbank.episodes.sources import SandboxSource, Verifier
@@ -110,15 +110,7 @@ def write_episode(path: Path, record: dict[str, Any]) -> Path:
 
 def load_episode(path: Path) -> EpisodeFile:
     """Read and validate an episode file (typed; errors name the file and field)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise InputError("episode file not found", file=path) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", file=path) from exc
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON: {exc}", file=path) from exc
-    return parse_episode(data, file=path)
+    return read_episode(path)
 
 
 class EpisodeRecorder:

@@ -21,6 +21,9 @@ Invariants
 - When a recorder is set, every finished episode is written as a replayable episode file.
 - With a trace workload (``episodes/workload.py``) the plan, not ``harness.parse``, decides
   each turn's action, token count and the episode's length; everything else is unchanged.
+- With an agent hook (``AgentHook``: ``agents/episode.py``) an agent program replaces the
+  harness loop: it drives the sandbox and the model through its gateway session; its tokens
+  are the gateway's record; verification, attribution and replay (its commands) are the same.
 - A multi-step task (Harbor 1.1 ``[[steps]]``) runs its steps in order in one sandbox and one
   conversation, each verified and attributed by the same path (``episodes/steps.py``).
 """
@@ -30,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -41,6 +44,7 @@ from rollbank.episodes.attribution import (
     VERIFIABLE,
     Experiment,
     LoopEnd,
+    Probe,
     VerifierVerdict,
     attribute,
     needs_disk_check,
@@ -49,9 +53,9 @@ from rollbank.episodes.attribution import (
 )
 from rollbank.episodes.billing import step_bill
 from rollbank.episodes.config import RunnerConfig
-from rollbank.episodes.conversation import Conversation
+from rollbank.episodes.conversation import Conversation, open_conversation
 from rollbank.episodes.counterfactual import Counterfactual, ReplaySpec
-from rollbank.episodes.harnesses import ActionKind, Harness
+from rollbank.episodes.harnesses import ActionKind, Command, Harness
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.sources import SandboxSource, Verifier
 from rollbank.episodes.spans import Span, add_span
@@ -78,6 +82,19 @@ class EpisodeSink(Protocol):
     async def record(self, traj: Trajectory, task: Task, meta: Mapping[str, Any]) -> None: ...
 
 
+class AgentHook(Protocol):
+    """An agent program run in place of the harness loop (``agents/episode.py``): it drives
+    the acquired sandbox and reports how it ended; the runner verifies and attributes."""
+
+    name: str
+
+    async def run(self, attempt: AttemptSpec, task: Task, traj: Trajectory, sandbox: Sandbox,
+                  workdir: str | None, budget_s: float | None,
+                  probe: Callable[[Sandbox], Awaitable[Probe]]) -> tuple[LoopEnd, dict[str, Any]]: ...
+
+    def replay_steps(self, traj: Trajectory) -> tuple[tuple[Command, ...], ...]: ...
+
+
 class EpisodeRunner:
     """Runs attempts; one instance serves a whole collection (it holds no per-episode state)."""
 
@@ -96,6 +113,7 @@ class EpisodeRunner:
         recorder: EpisodeSink | None = None,
         workload: TraceWorkload | None = None,
         counterfactual: Counterfactual | None = None,
+        agent: AgentHook | None = None,
     ) -> None:
         missing = set(router.servers) - set(clients)
         if missing:
@@ -111,6 +129,7 @@ class EpisodeRunner:
         self.clock: Clock = clock or MonotonicClock()
         self.recorder = recorder
         self.workload = workload
+        self.agent = agent
         # error paths only: probes and a pristine re-verify decide who caused a failure
         self.judge = counterfactual or Counterfactual(
             source, verifier, probe_timeout_s=config.health_probe_timeout_s, clock=self.clock,
@@ -124,7 +143,8 @@ class EpisodeRunner:
             attempt=attempt.slot, retry=attempt.retry, seed=attempt.seed,
             launched_at=attempt.launched_at, task_hash=task.content_hash,
         )
-        traj.meta.update(harness=self.harness.name, source=self.source.name,
+        traj.meta.update(harness=self.agent.name if self.agent else self.harness.name,
+                         source=self.source.name,
                          runner=self.config.model_dump(mode="json"))
         try:
             await self._episode(attempt, task, traj)
@@ -172,21 +192,23 @@ class EpisodeRunner:
         executor = ToolExecutor(sandbox, step_timeout_s=cfg.step_timeout_s,
                                 use_shell=cfg.use_shell, workdir=acq.workdir, budget_s=budget)
         try:
-            if task.multi_step:  # steps in order, each verified, in this sandbox and conversation
+            if task.multi_step and self.agent is None:  # steps in order, each verified
                 traj.outcome = await run_steps(self, attempt, task, traj, executor, sandbox,
                                                acq.workdir)
             else:
-                end, evidence = await self._loop(attempt, task, traj, executor, sandbox)
+                end, evidence = await (self.loop(attempt, task, traj, executor, sandbox)
+                                       if self.agent is None else self.agent.run(
+                    attempt, task, traj, sandbox, acq.workdir, budget, self.judge.probe))
                 if end in VERIFIABLE:
                     await executor.close()
-                traj.outcome = await self._conclude(end, evidence, task, traj, attempt.ctx,
+                traj.outcome = await self.conclude(end, evidence, task, traj, attempt.ctx,
                                                     sandbox)
         finally:
             await close_quietly(executor, sandbox)
             add_span(traj, Span("episode", t0, max(self.clock.now(), t0), traj.trajectory_id,
                                 sandbox=sandbox.sandbox_id))
 
-    async def _loop(
+    async def loop(
         self, attempt: AttemptSpec, task: Task, traj: Trajectory, executor: ToolExecutor,
         sandbox: Sandbox, conv: Conversation | None = None, task_step: int | None = None,
     ) -> tuple[LoopEnd, dict[str, Any]]:
@@ -194,8 +216,7 @@ class EpisodeRunner:
         conversation and the step index, and turn indices continue across steps."""
         cfg = self.config
         if conv is None:
-            conv = Conversation(self.tokenizer, traj)
-            conv.start(self.harness.initial_prompt(task))
+            conv = open_conversation(self.harness, self.tokenizer, traj, task)
         first = len(traj.steps)
         sampling = self.harness.sampling()
         timeouts = 0
@@ -248,7 +269,7 @@ class EpisodeRunner:
                 return LoopEnd.ABORTED, {"turn": turn, "server": server, "why": "server aborted"}
             if action.kind is ActionKind.MALFORMED:
                 step.observation = action.observation or ""
-                if not self._observe(conv, traj, step.observation):
+                if not self.observe(conv, traj, step.observation):
                     return LoopEnd.CONTEXT, {"turn": turn, "prompt_tokens": len(conv)}
                 continue
             if action.commands:
@@ -280,22 +301,23 @@ class EpisodeRunner:
                     return LoopEnd.SANDBOX_DIED, ev
             if action.done:
                 return LoopEnd.DONE, {"turn": turn, "step_timeouts": timeouts}
-            if not self._observe(conv, traj, step.observation):
+            if not self.observe(conv, traj, step.observation):
                 return LoopEnd.CONTEXT, {"turn": turn, "prompt_tokens": len(conv),
                                          "step_timeouts": timeouts}
         return LoopEnd.MAX_TURNS, {"turn": cfg.max_turns, "step_timeouts": timeouts}
 
-    def _observe(self, conv: Conversation, traj: Trajectory, text: str) -> bool:
+    def observe(self, conv: Conversation, traj: Trajectory, text: str) -> bool:
         """Append an observation; False (and nothing appended) if no next turn would fit."""
         n = len(traj.token_ids)
         conv.append_observation(text)
-        if len(traj.token_ids) + self.config.min_new_tokens <= self.config.max_model_len:
+        if len(conv) + self.config.min_new_tokens <= self.config.max_model_len:  # the next prompt
             return True
         for seq in (traj.token_ids, traj.logprobs, traj.loss_mask, traj.policy_versions):
             del seq[n:]
+        traj.segment_starts = [s for s in traj.segment_starts if s < n]
         return False
 
-    async def _conclude(self, end: LoopEnd, evidence: dict[str, Any], task: Task,
+    async def conclude(self, end: LoopEnd, evidence: dict[str, Any], task: Task,
                         traj: Trajectory, ctx: AttemptContext, sandbox: Sandbox) -> EpisodeOutcome:
         """Verify, and on an error path run the counterfactual experiment (which may replay
         the model's actions on a fresh pristine fork, ``counterfactual.ReplaySpec``)."""
@@ -328,10 +350,11 @@ class EpisodeRunner:
         plan = self.workload.plan(task.task_id, traj.seed) if self.workload is not None else None
         steps = tuple(  # a trace plan restarts at each step of a multi-step task
             (self.harness.parse(s.model_text) if plan is None else plan.action(k)).commands
-            for s, k in zip(traj.steps, turn_in_step(traj.steps), strict=True))
+            for s, k in zip(traj.steps, turn_in_step(traj.steps), strict=True)
+        ) if self.agent is None else self.agent.replay_steps(traj)  # an agent's commands
         workdir = traj.meta.get("workdir")
         return ReplaySpec(steps, step_timeout_s=self.config.step_timeout_s,
-                          use_shell=self.config.use_shell,
+                          use_shell=self.config.use_shell and self.agent is None,
                           workdir=workdir if isinstance(workdir, str) else None,
                           budget_s=self.config.episode_budget_s or task.agent_timeout_s)
 

@@ -52,13 +52,15 @@ if TYPE_CHECKING:
 
 
 def spec_for(task: Task, env: BuiltEnvironment | None, *, network: bool = False) -> SandboxSpec:
-    """The sandbox spec of a task's built environment (task limits, loopback unless allowed)."""
+    """The sandbox spec of a task's built environment (task limits, loopback unless allowed;
+    the image's USER for the agent's shell)."""
     return SandboxSpec(
         layers=tuple(env.layers) if env else (),
         workdir=env.workdir if env else (task.workdir or "/"),
         env=dict(env.env) if env else dict(task.env),
         limits=Limits(cpus=task.cpus, memory_mb=task.memory_mb, storage_mb=task.storage_mb),
         network=network and task.allow_internet,
+        user=env.user if env else None,
         label=task.task_id,
     )
 

@@ -1,6 +1,6 @@
 """Multi-step (Harbor schema 1.1 ``[[steps]]``) episodes: steps in order, each one verified.
 
-Owns: the runner's multi-step path (:meth:`EpisodeRunner._episode` calls :func:`run_steps`
+Owns: the runner's multi-step path (:class:`~rollbank.episodes.runner.EpisodeRunner` calls :func:`run_steps`
 for a task with ``steps``). One sandbox and ONE conversation for all steps, as in a Harbor
 trial. For step ``i`` (its single-step view ``task.for_step(i)``):
 
@@ -10,7 +10,7 @@ trial. For step ``i`` (its single-step view ``task.for_step(i)``):
    ``step_prompt`` appended to the same conversation after that (turn indices continue);
 3. the agent's turns (the runner's own loop, ``max_turns`` and the step's agent timeout per
    step; with ``runner.episode_budget_s`` set that budget covers the whole episode);
-4. the step is verified and attributed by the runner's single-step path (``_conclude``: the
+4. the step is verified and attributed by the runner's single-step path (``conclude``: the
    verifier slot, the counterfactual experiment on an error path), then ``/tests`` and
    ``/logs/verifier`` are removed again so the next step does not see this step's tests;
 5. the trial stops after the step when its verdict is not trainable (infra / unknown: the
@@ -31,23 +31,51 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from rollbank.episodes.attempt import AttemptContext, AttemptSpec
 from rollbank.episodes.attribution import VERIFIABLE, LoopEnd
+from rollbank.episodes.config import RunnerConfig
 from rollbank.episodes.conversation import Conversation
+from rollbank.episodes.harnesses import Harness
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.tools import ToolExecutor
 from rollbank.episodes.trajectory import StepRecord, TaskStepResult, Trajectory
 from rollbank.episodes.validate_steps import setup_step, trial_reward
 from rollbank.episodes.verifier import PASS_EPS
 from rollbank.errors import SandboxError
+from rollbank.inference.protocol import Tokenizer
 from rollbank.sandbox.protocol import Sandbox
 from rollbank.tasks.model import Task, passes_min_reward
 from rollbank.tasks.shims import SHIM_DIR
 
-if TYPE_CHECKING:
-    from rollbank.episodes.attempt import AttemptSpec
-    from rollbank.episodes.runner import EpisodeRunner
+
+class EpisodeOps(Protocol):
+    """The episode operations a multi-step episode runs its steps with
+    (:class:`~rollbank.episodes.runner.EpisodeRunner` implements them)."""
+
+    @property
+    def config(self) -> RunnerConfig: ...
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+    @property
+    def harness(self) -> Harness: ...
+
+    async def loop(self, attempt: AttemptSpec, task: Task, traj: Trajectory,
+                   executor: ToolExecutor, sandbox: Sandbox, conv: Conversation | None = None,
+                   task_step: int | None = None) -> tuple[LoopEnd, dict[str, Any]]:
+        """The agent's turns on ``conv`` (turn indices continue across steps)."""
+        ...
+
+    def observe(self, conv: Conversation, traj: Trajectory, text: str) -> bool:
+        """Append ``text`` to the conversation; False (nothing appended) if no turn fits."""
+        ...
+
+    async def conclude(self, end: LoopEnd, evidence: dict[str, Any], task: Task,
+                       traj: Trajectory, ctx: AttemptContext,
+                       sandbox: Sandbox) -> EpisodeOutcome:
+        """Verify and attribute (the counterfactual experiment on an error path)."""
+        ...
 
 #: Run between steps: what the previous step's verifier left must not guide the next step.
 CLEAR_VERIFIER = f"rm -rf /tests /logs/verifier {SHIM_DIR}"
@@ -108,7 +136,7 @@ async def run_sequence(task: Task, sandbox: Sandbox, executor: ToolExecutor, wor
     return trial_outcome(task, results, last, stop), results
 
 
-async def run_steps(runner: EpisodeRunner, attempt: AttemptSpec, task: Task, traj: Trajectory,
+async def run_steps(runner: EpisodeOps, attempt: AttemptSpec, task: Task, traj: Trajectory,
                     executor: ToolExecutor, sandbox: Sandbox,
                     workdir: str | None) -> EpisodeOutcome:
     """The runner's multi-step episode (see the module docstring): the trial's outcome."""
@@ -125,7 +153,7 @@ async def run_steps(runner: EpisodeRunner, attempt: AttemptSpec, task: Task, tra
             await executor.close()  # as the runner does: the verifier may kill leftovers
         traj.verify_s = 0.0
         evidence = {**evidence, "task_step": i, "task_step_name": task.steps[i].name}
-        out = await runner._conclude(end, evidence, view, traj, attempt.ctx, sandbox)
+        out = await runner.conclude(end, evidence, view, traj, attempt.ctx, sandbox)
         return StepRun(end, out, first, len(traj.steps) - first, traj.verify_s)
 
     outcome, results = await run_sequence(
@@ -136,15 +164,15 @@ async def run_steps(runner: EpisodeRunner, attempt: AttemptSpec, task: Task, tra
     return outcome
 
 
-async def _prompt_and_turns(runner: EpisodeRunner, attempt: AttemptSpec, view: Task, i: int,
+async def _prompt_and_turns(runner: EpisodeOps, attempt: AttemptSpec, view: Task, i: int,
                             traj: Trajectory, executor: ToolExecutor, sandbox: Sandbox,
                             conv: Conversation) -> tuple[LoopEnd, dict[str, Any]]:
     """Step ``i``'s instruction into the conversation, then the agent's turns."""
     if i == 0:
         conv.start(runner.harness.initial_prompt(view))
-    elif not runner._observe(conv, traj, runner.harness.step_prompt(view)):
+    elif not runner.observe(conv, traj, runner.harness.step_prompt(view)):
         return LoopEnd.CONTEXT, {"turn": len(traj.steps), "prompt_tokens": len(conv)}
-    return await runner._loop(attempt, view, traj, executor, sandbox, conv=conv, task_step=i)
+    return await runner.loop(attempt, view, traj, executor, sandbox, conv=conv, task_step=i)
 
 
 def turn_in_step(turns: Sequence[StepRecord]) -> list[int]:

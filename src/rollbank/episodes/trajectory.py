@@ -10,6 +10,10 @@ Invariants
   the engine reported it for that token (one turn can span a weight update).
 - A token with ``loss_mask == 0`` came from the environment or the prompt; its log-prob is 0.0
   and its version is -1.
+- ``segment_starts`` (chat harness, gateway): offsets where a new segment begins, first 0;
+  empty means one segment. A model token in the segment starting at ``s`` was conditioned on
+  the tokens from ``s`` up to it only (a template that rewrote earlier turns, or an edited
+  history, re-rendered the prompt as a new segment instead of re-tokenising in place).
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class Trajectory:
     loss_mask: list[int] = field(default_factory=list)
     policy_versions: list[int] = field(default_factory=list)
     prompt_len: int = 0
+    segment_starts: list[int] = field(default_factory=list)  # [] = one segment from 0
     steps: list[StepRecord] = field(default_factory=list)
     outcome: EpisodeOutcome | None = None
     task_steps: list[TaskStepResult] = field(default_factory=list)  # multi-step tasks only

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rollbank.config import cache_dir
-from rollbank.episodes.validate_steps import check_steps
+from rollbank.episodes.validate_steps import StepsOutcome, run_oracle_steps
 from rollbank.episodes.verifier import VerifierResult, VerifierStatus, run_oracle, run_verifier
 from rollbank.errors import InputError, RollbankError
 from rollbank.sandbox.protocol import Limits, SandboxBackend, SandboxSpec
@@ -111,6 +111,21 @@ def _evidence(v: VerifierResult) -> dict[str, Any]:
             "stdout_tail": v.stdout_tail[-1500:], "stderr_tail": v.stderr_tail[-1500:]}
 
 
+def _record_steps(rec: Validation, task: Task, out: StepsOutcome) -> None:
+    """Fill ``rec``'s oracle fields from a multi-step task's oracle run."""
+    all_pass = len(out.results) == len(task.steps) and all(r.passed for _, r in out.results)
+    rec.oracle_reward = out.trial_reward(task)
+    rec.oracle_status = (VerifierStatus.PASS if all_pass else VerifierStatus.FAIL).value
+    rec.oracle_rewards = out.rewards
+    if out.solution_failures:
+        rec.details["solution"] = out.solution_failures
+    if out.stopped_after is not None:
+        rec.details["stopped_after"] = out.stopped_after
+    failed = {n: r.status.value for n, r in out.results if not r.passed}
+    if failed:
+        rec.details["oracle_steps"] = failed
+
+
 async def validate_task(task: Task, backend: SandboxBackend, builder: EnvironmentBuilder, *,
                         baseline_dir: Path | None = None) -> Validation:
     """Validate one task; on success record its verifier baseline (under ``baseline_dir``,
@@ -131,7 +146,7 @@ async def validate_task(task: Task, backend: SandboxBackend, builder: Environmen
     try:
         if task.steps:  # multi-step: every step's oracle then tests, in one sandbox
             t1 = time.monotonic()
-            await check_steps(task, backend, spec, rec)
+            _record_steps(rec, task, await run_oracle_steps(task, backend, spec))
             rec.timings["oracle_s"] = round(time.monotonic() - t1, 3)
         elif task.solution is None:
             rec.error = "task has no oracle solution"

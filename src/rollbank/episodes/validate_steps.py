@@ -1,7 +1,7 @@
 """Validate a multi-step (Harbor schema 1.1) task: every step's oracle, then its tests, in order.
 
 Owns: the multi-step half of ``rollbank tasks validate`` (:mod:`rollbank.episodes.validate` calls
-:func:`check_steps` for a task with ``steps``). One sandbox for all steps, as in a real trial:
+:func:`run_oracle_steps` for a task with ``steps`` and records its :class:`StepsOutcome`). One sandbox for all steps, as in a real trial:
 for each step, its ``workdir/`` files are uploaded into the working directory (and its
 ``setup.sh`` run), its oracle solution runs, then its verifier (:meth:`Task.for_step`). The
 oracle passes when every step passes; a step missing its ``min_reward`` stops the run (the
@@ -15,14 +15,10 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rollbank.episodes.verifier import VerifierResult, run_oracle, run_verifier
 from rollbank.sandbox.protocol import Sandbox, SandboxBackend, SandboxSpec
 from rollbank.tasks.model import Task, passes_min_reward
-
-if TYPE_CHECKING:
-    from rollbank.episodes.validate import Validation
 
 
 @dataclass
@@ -77,21 +73,3 @@ async def run_oracle_steps(task: Task, backend: SandboxBackend, spec: SandboxSpe
     finally:
         await sb.close()
     return out
-
-
-async def check_steps(task: Task, backend: SandboxBackend, spec: SandboxSpec, rec: Validation) -> None:
-    """Fill ``rec``'s oracle fields for a multi-step task (the call site in ``validate``)."""
-    from rollbank.episodes.verifier import VerifierStatus
-
-    out = await run_oracle_steps(task, backend, spec)
-    all_pass = len(out.results) == len(task.steps) and all(r.passed for _, r in out.results)
-    rec.oracle_reward = out.trial_reward(task)
-    rec.oracle_status = (VerifierStatus.PASS if all_pass else VerifierStatus.FAIL).value
-    rec.oracle_rewards = out.rewards
-    if out.solution_failures:
-        rec.details["solution"] = out.solution_failures
-    if out.stopped_after is not None:
-        rec.details["stopped_after"] = out.stopped_after
-    failed = {n: r.status.value for n, r in out.results if not r.passed}
-    if failed:
-        rec.details["oracle_steps"] = failed

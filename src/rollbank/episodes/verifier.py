@@ -5,7 +5,7 @@ Owns: the verifier protocol shared by Harbor and Terminal-Bench 1 tasks and its 
 
 Sequence (:func:`run_verifier`, called only after the agent finished)
 1. remove ``/tests``, ``/logs/verifier`` and the shim directory and recreate them empty
-   (``/logs`` if it is a symlink is replaced). ``kill_leftovers=True`` SIGKILLs every
+   (``/logs`` if it is a symlink is replaced). Unpinned only: ``kill_leftovers=True`` SIGKILLs every
    process the agent left (a background loop could otherwise rewrite the reward file or the
    tests): by cgroup when the sandbox can (``PinnedExec.kill_leftovers``: a process that
    keeps forking copies of itself cannot slip through), then every pid of the sandbox but
@@ -29,6 +29,9 @@ hijack, an ``/etc/ld.so.preload``, a service rewriting the reward do not reach i
 site-packages are off (``PYTHONNOUSERSITE=1``; a task's verifier env may override it). See
 docs/collect.md, "Verifier isolation".
 
+What both ways share (the paths, :class:`VerifierResult`, :func:`classify`) is in
+:mod:`.verifier_result`.
+
 Classification: timeout -> ``verifier_timeout``; a reward that cannot be parsed, or no reward
 and a non-zero exit / signal (e.g. a missing interpreter, exit 126/127), or a shim's record of a
 dependency it could not install offline -> ``verifier_crash``;
@@ -39,69 +42,39 @@ exit 0 but no reward -> ``verifier_no_reward``; otherwise ``verified_pass`` when
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import shlex
 import tempfile
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
+from rollbank.episodes.verifier_pinned import run_pinned
+from rollbank.episodes.verifier_result import (
+    KILL_LEFTOVERS,
+    OUTPUT_LIMIT,
+    PASS_EPS,
+    REWARD_JSON,
+    REWARD_TXT,
+    SHIM_ERROR,
+    TOOLCHAIN_PINS,
+    VERIFIER_ENV,
+    VerifierResult,
+    VerifierStatus,
+    classify,
+    parse_reward_json,
+    parse_reward_txt,
+    shim_crash,
+    test_files,
+)
 from rollbank.sandbox.protocol import ExecResult, PinnedExec, Sandbox
 from rollbank.tasks.model import Task, TaskFormat
 from rollbank.tasks.shims import SHIM_DIR, shim_files
 
-REWARD_TXT = "/logs/verifier/reward.txt"
-REWARD_JSON = "/logs/verifier/reward.json"
-#: Written by the offline shims when a verifier dependency cannot be installed offline.
-SHIM_ERROR = "/logs/verifier/rollbank-shim-error.txt"
-OUTPUT_LIMIT = 256 * 1024
-PASS_EPS = 1e-9
-#: Kill every process of the sandbox but its pid 1, the sandbox's anchor (``sleep infinity``)
-#: and this shell: what the agent left running must not touch the verifier's files.
-KILL_LEFTOVERS = (
-    'for d in /proc/[0-9]*; do p="${d#/proc/}"; [ "$p" = 1 ] || [ "$p" = "$$" ] && continue; '
-    'c="$(tr "\\0" " " < "$d/cmdline" 2>/dev/null)"; '
-    'case "$c" in "sleep infinity "|"/bin/sleep infinity ") continue;; esac; '
-    'kill -9 "$p" 2>/dev/null; done; '
-)
-#: Paths the verifier always takes from the task's pristine layers (globs allowed): the
-#: interpreters, test runners, shells and libraries under /usr (/bin, /lib... are symlinks
-#: into it), and the /etc files that steer them (dynamic loader, alternatives, Python's
-#: sitecustomize). A path the pristine layers lack is hidden if the agent created it.
-TOOLCHAIN_PINS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf",
-                  "/etc/ld.so.conf.d", "/etc/ld.so.preload", "/etc/python3*")
-#: The verifier's default environment (the task's verifier env is applied on top).
-VERIFIER_ENV = {"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+__all__ = ["KILL_LEFTOVERS", "OUTPUT_LIMIT", "PASS_EPS", "REWARD_JSON", "REWARD_TXT", "SHIM_ERROR",
+           "TOOLCHAIN_PINS", "VERIFIER_ENV", "VerifierResult", "VerifierStatus", "classify",
+           "parse_reward_json", "parse_reward_txt", "prepare", "run_oracle", "run_verifier",
+           "shim_crash", "test_files", "verifier_outcome"]
 
-
-class VerifierStatus(StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    CRASH = "crash"
-    TIMEOUT = "timeout"
-    NO_REWARD = "no_reward"
-    HOST_STALLED = "host_stalled"  # the host stalled it beyond max_host_stall_s (billing)
-
-
-@dataclass(frozen=True)
-class VerifierResult:
-    status: VerifierStatus
-    reward: float | None
-    rewards: dict[str, float] = field(default_factory=dict)
-    exit_code: int | None = None
-    signal: int | None = None
-    duration_s: float = 0.0
-    stdout_tail: str = ""
-    stderr_tail: str = ""
-    error: str | None = None
-    pinned: bool = False  # the test command ran on the pristine toolchain (TOOLCHAIN_PINS)
-
-    @property
-    def passed(self) -> bool:
-        return self.status is VerifierStatus.PASS
 
 
 _REASON = {
@@ -127,67 +100,6 @@ def verifier_outcome(result: VerifierResult) -> EpisodeOutcome:
         evidence["verifier_stdout_tail"] = result.stdout_tail[-2000:]
     return EpisodeOutcome.of(_REASON[result.status], reward=result.reward,
                              rewards=result.rewards, **evidence)
-
-
-def parse_reward_txt(text: str) -> float:
-    value = float(text.strip())
-    if not math.isfinite(value):
-        raise ValueError(f"reward is not finite: {text.strip()!r}")
-    return value
-
-
-def parse_reward_json(text: str) -> dict[str, float]:
-    data = json.loads(text)
-    if isinstance(data, int | float) and not isinstance(data, bool):
-        data = {"reward": data}
-    if not isinstance(data, dict) or not data:
-        raise ValueError("reward.json must be a non-empty object of named numbers")
-    out: dict[str, float] = {}
-    for k, v in data.items():
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ValueError(f"reward.json entry {k!r} is not a finite number: {v!r}")
-        out[str(k)] = float(v)
-    return out
-
-
-def classify(exec_result: ExecResult, reward_txt: str | None, reward_json: str | None) -> VerifierResult:
-    """Pure classification of what the test command did and which reward files it left."""
-    base: dict[str, Any] = {"exit_code": exec_result.exit_code, "signal": exec_result.signal,
-                            "duration_s": exec_result.duration_s,
-                            "stdout_tail": exec_result.stdout[-4000:],
-                            "stderr_tail": exec_result.stderr[-4000:]}
-    if exec_result.host_stalled:  # measured by billing: the host's doing, not a timeout
-        return VerifierResult(VerifierStatus.HOST_STALLED, None,
-                              error="the host stalled the verifier beyond max_host_stall_s", **base)
-    if exec_result.timed_out or exec_result.budget_exhausted:
-        return VerifierResult(VerifierStatus.TIMEOUT, None, error="verifier timed out", **base)
-    try:
-        if reward_txt is not None:
-            reward = parse_reward_txt(reward_txt)
-            rewards = {"reward": reward}
-            passed = reward >= 1.0 - PASS_EPS
-        elif reward_json is not None:
-            rewards = parse_reward_json(reward_json)
-            reward = sum(rewards.values()) / len(rewards)
-            passed = all(v >= 1.0 - PASS_EPS for v in rewards.values())
-        else:
-            if exec_result.exit_code != 0:
-                return VerifierResult(VerifierStatus.CRASH, None,
-                                      error=f"test command failed (exit {exec_result.exit_code}, "
-                                            f"signal {exec_result.signal}) without writing a reward",
-                                      **base)
-            return VerifierResult(VerifierStatus.NO_REWARD, None,
-                                  error="no /logs/verifier/reward.txt or reward.json", **base)
-    except ValueError as exc:
-        return VerifierResult(VerifierStatus.CRASH, None, error=f"malformed reward: {exc}", **base)
-    status = VerifierStatus.PASS if passed else VerifierStatus.FAIL
-    return VerifierResult(status, reward, rewards, **base)
-
-
-def _files(root: Path) -> list[tuple[str, Path]]:
-    if not root.is_dir():
-        return []
-    return [(p.relative_to(root).as_posix(), p) for p in sorted(root.rglob("*")) if p.is_file()]
 
 
 def _stage(root: Path, files: list[tuple[str, bytes, int]]) -> None:
@@ -231,7 +143,7 @@ async def prepare(sandbox: Sandbox, task: Task, *, kill_leftovers: bool = False)
     res = await sandbox.exec(["/bin/sh", "-c", reset], timeout_s=60)
     if res.exit_code != 0:
         return res
-    await _write_tree(sandbox, _files(task.tests_dir) + list(task.extra_test_files), "/tests")
+    await _write_tree(sandbox, test_files(task.tests_dir) + list(task.extra_test_files), "/tests")
     await _upload(sandbox, [(name, data, mode) for name, (data, mode) in shim_files().items()],
                   SHIM_DIR)
     return res
@@ -241,11 +153,10 @@ async def run_verifier(sandbox: Sandbox, task: Task, *, timeout_s: float | None 
                        kill_leftovers: bool = False) -> VerifierResult:
     """Run the task's verifier in ``sandbox`` (after the agent finished) and classify it."""
     pinned = _pinnable(sandbox)
-    if pinned is not None:  # on the pristine toolchain, in one command
-        from rollbank.episodes.verifier_pinned import run_pinned
-
+    if pinned is not None:  # on the pristine toolchain, in one command; the agent's processes
+        # keep running as under Harbor: they cannot reach its view (see verifier_pinned)
         return await run_pinned(pinned, task, timeout_s=timeout_s or task.verifier_timeout_s,
-                                kill_leftovers=kill_leftovers)
+                                kill_leftovers=False)
     prep = await prepare(sandbox, task, kill_leftovers=kill_leftovers)
     if prep.host_stalled:
         return classify(prep, None, None)
@@ -273,19 +184,12 @@ def _pinnable(sandbox: Sandbox) -> PinnedExec | None:
     return sandbox if isinstance(sandbox, PinnedExec) and sandbox.can_pin else None
 
 
-def shim_crash(res: ExecResult, shim_error: str) -> VerifierResult:
-    """A shim recorded a dependency it could not install offline: a verifier crash."""
-    return VerifierResult(VerifierStatus.CRASH, None, exit_code=res.exit_code, signal=res.signal,
-                          duration_s=res.duration_s, stdout_tail=res.stdout[-4000:],
-                          stderr_tail=res.stderr[-4000:], error=shim_error.strip()[:2000])
-
-
 async def run_oracle(sandbox: Sandbox, task: Task, *, timeout_s: float | None = None) -> ExecResult | None:
     """Upload and run the task's oracle solution (as the agent would); None if it has none."""
     if task.solution is None:
         return None
     if task.format is TaskFormat.HARBOR:
-        files = _files(task.solution.parent)
+        files = test_files(task.solution.parent)
     else:
         files = [("solve.sh", task.solution)]
     await sandbox.exec(["/bin/sh", "-c", "rm -rf /solution && mkdir -p /solution"], timeout_s=60)

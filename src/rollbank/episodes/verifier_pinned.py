@@ -7,10 +7,15 @@ mount namespace (``rb-helper vexec``) where:
 - :data:`~rollbank.episodes.verifier.TOOLCHAIN_PINS` show the task's pristine layers and
   files the agent added at ``/`` are hidden (the toolchain the verifier runs with);
 - ``/tests``, ``/logs/verifier``, the shim directory and the command's output directory are
-  fresh tmpfs mounts that only this command sees (:data:`PRIVATE`): a process the agent left
-  running (a task's service) cannot rewrite the tests, the shims or the reward.
+  fresh directories that only this command sees (:data:`PRIVATE`): a process the agent left
+  running (a task's service) cannot rewrite the tests, the shims or the reward; it cannot
+  reach this view through ``/proc/PID/root`` either (the command keeps one capability more
+  than the agent's commands, ``CAP_WAKE_ALARM``, so the kernel refuses the agent's processes
+  ptrace access to it). So the verifier no longer kills what the agent left running (as under
+  Harbor: services stay up for every task).
 
-The command kills the leftovers (``kill_leftovers``; the sandbox has already killed them by
+The command (with ``kill_leftovers``, which :func:`~rollbank.episodes.verifier.run_verifier` no
+longer passes, it first kills the leftovers; the sandbox has already killed them by
 cgroup), unpacks the tests and shims from its stdin (one tar), runs ``task.test_command``
 with its output into the private output directory, and prints ``@@rb rc N`` then the test
 command's stdout and stderr tails, the shim error, ``reward.txt`` and ``reward.json``, one
@@ -26,7 +31,7 @@ import dataclasses
 import io
 import tarfile
 
-from rollbank.episodes.verifier import (
+from rollbank.episodes.verifier_result import (
     KILL_LEFTOVERS,
     OUTPUT_LIMIT,
     REWARD_JSON,
@@ -38,20 +43,24 @@ from rollbank.episodes.verifier import (
     VerifierStatus,
     classify,
     shim_crash,
+    test_files,
 )
 from rollbank.sandbox.protocol import ExecResult, PinnedExec
 from rollbank.tasks.model import Task
 from rollbank.tasks.shims import SHIM_DIR, shim_files
 
-OUT_DIR = "/dev/.rollbank-verifier-out"
-#: Fresh tmpfs mounts private to the verifier's command.
-PRIVATE = ("+/tests", "+/logs/verifier", "+" + SHIM_DIR, "+" + OUT_DIR)
+#: The command's own scratch (a top-level directory of its assembled root: see ``csrc/pins.c``).
+SCRATCH = "/.rollbank-verifier"
+OUT_DIR = f"{SCRATCH}/out"
+TMP_DIR = f"{SCRATCH}/tmp"  # TMPDIR: what the tests' tools create is private (no /tmp races)
+#: Fresh directories private to the verifier's command.
+PRIVATE = ("+/tests", "+/logs/verifier", "+" + SHIM_DIR, "+" + OUT_DIR, "+" + TMP_DIR)
 TAIL = 65536
 _FILES = (f"{OUT_DIR}/stdout", f"{OUT_DIR}/stderr", SHIM_ERROR, REWARD_TXT, REWARD_JSON)
 _SCRIPT = (
     "mkdir -p /logs/agent 2>/dev/null; "
     "if ! tar -x --no-same-owner -C /; then echo '@@rb prepare-failed'; exit 0; fi\n"
-    f'export PATH={SHIM_DIR}:"$PATH"; export HOME="${{HOME:-/root}}"\n'
+    f'export PATH={SHIM_DIR}:"$PATH"; export HOME="${{HOME:-/root}}" TMPDIR={TMP_DIR}\n'
     f'/bin/bash -c "$ROLLBANK_TEST_COMMAND" > {OUT_DIR}/stdout 2> {OUT_DIR}/stderr < /dev/null\n'
     'echo "@@rb rc $?"\n'
     f"for f in {' '.join(_FILES)}; do "
@@ -62,11 +71,9 @@ _SCRIPT = (
 
 def _payload(task: Task) -> bytes:
     """One tar: ``tests/...`` and the shims, modes kept (read on the host, off the loop)."""
-    from rollbank.episodes.verifier import _files
-
     files: list[tuple[str, bytes, int]] = [
         (f"tests/{rel}", p.read_bytes(), 0o755 if p.stat().st_mode & 0o111 else 0o644)
-        for rel, p in _files(task.tests_dir) + list(task.extra_test_files)]
+        for rel, p in test_files(task.tests_dir) + list(task.extra_test_files)]
     files += [(f"{SHIM_DIR.lstrip('/')}/{name}", data, mode)
               for name, (data, mode) in shim_files().items()]
     buf = io.BytesIO()

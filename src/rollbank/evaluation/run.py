@@ -6,8 +6,10 @@ tasks: no over-provisioning), ``attempts`` siblings per group, ``straggler = wai
 first-finished selection: the batch waits for every attempt), no slot re-runs
 (``max_retries = 0``: an infra failure is recorded as that attempt's outcome) and no group
 dropped for lack of variance or of valid siblings. Each model or checkpoint of a sweep runs
-in turn against its own servers, into ``<output>/<label>/`` (the collector's folder layout),
-and gives one row of ``<output>/eval.json``.
+in turn against its own servers, into ``<output>/<label>/`` (the collector's folder layout:
+episodes, events, summary, report; no training batch is written), and gives one row of
+``<output>/eval.json`` and one line per task of ``<output>/results.jsonl`` (its solve rate).
+Progress lines name tasks solved (:mod:`rollbank.evaluation.progress`), not batches.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rollbank.collector import check_output_folder, collect, enter_concurrently,
 from rollbank.config import Section
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.errors import ConfigError
+from rollbank.evaluation.progress import EvalProgress
 from rollbank.evaluation.scoring import score
 from rollbank.evaluation.timing import (
     TimingClient,
@@ -38,8 +41,7 @@ from rollbank.evaluation.timing import (
 )
 from rollbank.inference.protocol import InferenceClient
 from rollbank.inference_plane import InferencePlane, open_inference
-from rollbank.scheduling.config import DynamicSamplingConfig
-from rollbank.scheduling.types import SchedulingMode, StragglerPolicy
+from rollbank.scheduling.config import DynamicSamplingConfig, SchedulingMode, StragglerPolicy
 from rollbank.task_selection import select_tasks
 from rollbank.tasks.model import Task
 
@@ -103,14 +105,22 @@ def _precision(config: CollectConfig) -> str | None:
 
 async def evaluate(config: CollectConfig, *, tasks: Sequence[Task], inference: InferencePlane,
                    sandboxes: SandboxPlane, out_dir: Path, ks: Sequence[int],
-                   scrape: Scrape | None = None) -> dict[str, Any]:
-    """One evaluation with opened planes; returns its row (also written as ``eval-row.json``)."""
+                   scrape: Scrape | None = None, setup_s: float = 0.0,
+                   label: str = "model") -> dict[str, Any]:
+    """One evaluation with opened planes; returns its row (also written as ``eval-row.json``).
+
+    Writes no training batch; prints :class:`EvalProgress` lines on stderr unless
+    ``metrics.live`` is ``off`` (the collector's batch view is always off here)."""
     timed = {url: TimingClient(c) for url, c in inference.clients.items()}
     plane = InferencePlane(dict[str, InferenceClient](timed), inference.tokenizer,
                            inference.vocab_size, inference.description)
     before = {u: ttft_buckets(t) for u in timed if scrape and (t := await scrape(u))}
     t0 = time.monotonic()
-    result = await collect(config, tasks=tasks, inference=plane, sandboxes=sandboxes, out_dir=out_dir)
+    quiet = config.model_copy(update={"metrics": config.metrics.model_copy(update={"live": "off"})})
+    progress = [] if config.metrics.live == "off" else [EvalProgress(
+        label=label, tasks=len(tasks), attempts=config.scheduler.bank.group_size)]
+    result = await collect(quiet, tasks=tasks, inference=plane, sandboxes=sandboxes, out_dir=out_dir,
+                           setup_s=setup_s, extra_sinks=progress, write_batches=False)
     wall = time.monotonic() - t0
     hist = None
     if scrape is not None:
@@ -125,7 +135,7 @@ async def evaluate(config: CollectConfig, *, tasks: Sequence[Task], inference: I
         inference=inference.description, precision=_precision(config),
         weight_versions=sorted({c.policy_version for c in inference.clients.values()}),
         attempts_per_task=config.scheduler.bank.group_size,
-        launched=result.ledger.get("launched"), wall_s=wall, output=str(out_dir))
+        launched=result.ledger.get("launched"), wall_s=wall, setup_s=setup_s, output=str(out_dir))
     (out_dir / "eval-row.json").write_text(json.dumps(row, indent=2, default=str) + "\n")
     return row
 
@@ -134,24 +144,28 @@ async def _vllm_scrape(url: str) -> str | None:
     return await scrape_text(url)
 
 
-async def run_eval_one(config: CollectConfig, out_dir: Path, ks: Sequence[int]) -> dict[str, Any]:
+async def run_eval_one(config: CollectConfig, out_dir: Path, ks: Sequence[int],
+                       label: str = "model") -> dict[str, Any]:
     """Open the planes ``config`` describes, evaluate, release everything."""
     from rollbank.episodes.sandboxes import open_sandboxes
 
     check_output_folder(out_dir)
     tasks = select_tasks(config)
     say = plain_printer(config)
+    t_setup = time.monotonic()
     async with contextlib.AsyncExitStack() as stack:
         plane, sandboxes = await enter_concurrently(
             stack, open_inference(config.inference, max_model_len=config.runner.max_model_len, say=say),
             open_sandboxes(config.sandbox, tasks, prepare=tasks))
         scrape = None if config.inference.kind == "fake" else _vllm_scrape
         return await evaluate(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
-                              out_dir=out_dir, ks=ks, scrape=scrape)
+                              out_dir=out_dir, ks=ks, scrape=scrape,
+                              setup_s=time.monotonic() - t_setup, label=label)
 
 
 def run_eval(config: CollectConfig, options: EvalOptions) -> dict[str, Any]:
-    """Every model of the sweep in turn; writes and returns ``{"rows": [...], ...}``."""
+    """Every model of the sweep in turn; writes ``eval.json`` and ``results.jsonl``, returns
+    ``{"rows": [...], ...}``."""
     out = Path(options.output)
     num_tasks = len(select_tasks(config))
     models: list[str | None] = list(options.models) or [None]
@@ -159,11 +173,18 @@ def run_eval(config: CollectConfig, options: EvalOptions) -> dict[str, Any]:
     for m in models:
         cfg = eval_config(config, attempts=options.attempts, num_tasks=num_tasks, model=m)
         label = label_of(m if m is not None else _model_name(cfg))
-        rows.append(asyncio.run(run_eval_one(cfg, out / label, options.k_values())))
+        rows.append(asyncio.run(run_eval_one(cfg, out / label, options.k_values(), label)))
     doc = {"ks": options.k_values(), "attempts_per_task": options.attempts, "rows": rows}
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in result_lines(doc)))
     return doc
+
+
+def result_lines(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One record per model and task: attempts, successes, solve rate (``results.jsonl``)."""
+    return [{"model": str(row["model"]), "task": task, **counts}
+            for row in doc["rows"] for task, counts in row["per_task"].items()]
 
 
 def _model_name(cfg: CollectConfig) -> str:
@@ -186,8 +207,8 @@ def table(doc: dict[str, Any]) -> str:
             ",".join(map(str, r["weight_versions"])), str(r["tasks"]), str(r["attempts"]),
             *[_f(r["pass_at"][str(k)]) for k in ks],
             f"{oc.get('model_success', 0)}/{oc.get('infra_failure', 0)}",
-            "/".join(_f(tt[p]) for p in ("p50", "p95", "p99")) + (" (hist)" if tt["source"] ==
-                                                                   "engine_histogram" else ""),
+            "/".join(_f(tt[p]) for p in ("p50", "p95", "p99")) + (" (<=)" if tt["source"] ==
+                                                                   "client_round_trip" else ""),
             _f(r["tokens_per_s"]["p50"], ".1f"), _f(r["engine_s_per_success"], ".1f"),
             _f(r["sandbox_s_per_success"], ".1f")])
     width = [max(len(row[i]) for row in lines) for i in range(len(head))]

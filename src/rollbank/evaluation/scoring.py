@@ -29,8 +29,9 @@ def _pcts(values: Sequence[float]) -> dict[str, float | None]:
     return {f"p{round(q * 100)}": quantile(values, q) for q in PERCENTILES}
 
 
-def per_task_counts(trajs: Sequence[Trajectory]) -> dict[str, dict[str, int]]:
-    """``task -> {n, successes, valid}`` over every attempt."""
+def per_task_counts(trajs: Sequence[Trajectory]) -> dict[str, dict[str, Any]]:
+    """``task -> {n, successes, valid, solve_rate}`` over every attempt (``solve_rate`` =
+    successes / n)."""
     out: dict[str, dict[str, int]] = {}
     for t in trajs:
         d = out.setdefault(t.task_id, {"n": 0, "successes": 0, "valid": 0})
@@ -39,21 +40,31 @@ def per_task_counts(trajs: Sequence[Trajectory]) -> dict[str, dict[str, int]]:
             d["valid"] += 1
         if t.outcome is not None and t.outcome.outcome is Outcome.MODEL_SUCCESS:
             d["successes"] += 1
-    return dict(sorted(out.items()))
+    return {task: {**d, "solve_rate": d["successes"] / d["n"]} for task, d in sorted(out.items())}
 
 
 def ttft_summary(timings: Sequence[RequestTiming],
                  engine_histogram: Sequence[tuple[float, float]] | None) -> dict[str, Any]:
-    """Time-to-first-token percentiles and where they come from."""
+    """Time-to-first-token percentiles over the requests, and where they come from: the
+    server's per-request TTFT; else each request's client round trip minus the server's decode
+    interval; else the client round trip itself (non-streamed: an upper bound on TTFT). The
+    engine histogram, when scraped, is reported beside them (its quantiles are bucket edges)."""
     reported = [t.first_token_s for t in timings if t.first_token_s is not None]
+    minus = [max(t.total_s - t.decode_s, 0.0) for t in timings if t.decode_s is not None]
     if reported:
-        return {"source": "server_per_request", "n": len(reported), **_pcts(reported)}
+        out: dict[str, Any] = {"source": "server_per_request", "n": len(reported), **_pcts(reported)}
+    elif minus:
+        out = {"source": "client_minus_engine_decode", "n": len(minus), **_pcts(minus)}
+    elif timings:
+        out = {"source": "client_round_trip", "estimate": "upper bound (time to the whole answer)",
+               "n": len(timings), **_pcts([t.total_s for t in timings])}
+    else:
+        out = {"source": None, "n": 0, **{f"p{round(q * 100)}": None for q in PERCENTILES}}
     if engine_histogram and engine_histogram[-1][1] > 0:
-        return {"source": "engine_histogram", "estimate": "upper bound of the bucket",
-                "n": int(engine_histogram[-1][1]),
-                **{f"p{round(q * 100)}": histogram_quantile(engine_histogram, q)
-                   for q in PERCENTILES}}
-    return {"source": None, "n": 0, **{f"p{round(q * 100)}": None for q in PERCENTILES}}
+        out["engine_histogram"] = {
+            "estimate": "upper edge of the bucket", "n": int(engine_histogram[-1][1]),
+            **{f"p{round(q * 100)}": histogram_quantile(engine_histogram, q) for q in PERCENTILES}}
+    return out
 
 
 def score(trajs: Sequence[Trajectory], timings: Sequence[RequestTiming], *, ks: Sequence[int],

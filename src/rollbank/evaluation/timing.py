@@ -5,9 +5,11 @@ records, for every generation, the client-side request time (send to full answer
 injected clock), the tokens generated and the server-reported time to first token when the
 server reports one (``Timings.first_token_s``: the fake servers, vLLM completions with
 per-request metrics). vLLM's scale-out endpoint reports no per-request timings and answers
-non-streamed, so for it the time to first token comes from the engine's own Prometheus
+non-streamed, so for it the percentiles come from the requests' own client-side times
+(:func:`rollbank.evaluation.scoring.ttft_summary` says which); the engine's Prometheus
 histogram ``vllm:time_to_first_token_seconds`` (arrival to first token, queueing included),
-scraped before and after the run (:func:`ttft_buckets`, :func:`bucket_delta`).
+scraped before and after the run (:func:`ttft_buckets`, :func:`bucket_delta`), is reported
+beside them, never as them: its quantiles are bucket edges.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class RequestTiming:
     gen_tokens: int
     prompt_tokens: int
     first_token_s: float | None  # server-reported time to first token, when reported
+    decode_s: float | None = None  # server-reported decode interval, when reported
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -76,7 +79,7 @@ class TimingClient:
         result = await self.inner.generate(request)
         self.timings.append(RequestTiming(
             request.request_id, result.server, self.clock.now() - t0, len(result.token_ids),
-            result.prompt_tokens, result.timings.first_token_s))
+            result.prompt_tokens, result.timings.first_token_s, result.timings.decode_s))
         return result
 
     async def abort(self, request_id: str) -> None:

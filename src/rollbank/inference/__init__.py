@@ -8,7 +8,7 @@
   restart, stop).
 - :mod:`.models` / :mod:`.tokenizer` — ``ensure_model`` ("tiny", "gemma-3-270m", folder)
   and ``load_tokenizer``.
-- :mod:`.publish` — ``WeightPublisher``: checkpoint hot-load in the safe order.
+- :mod:`.publishing` — the one weight-publication seam (checkpoint, direct, colocated, lora).
 
 Import the submodules directly; this package imports nothing heavy on its own.
 """

@@ -1,14 +1,12 @@
 """The fake :class:`~rollbank.inference.protocol.InferenceClient` over a fake server.
 
-Re-exported by :mod:`rollbank.inference.fake` (which owns :class:`FakeInferenceServer`); this
-module imports the server lazily, so the two modules never import each other at load time.
+Re-exported by :mod:`rollbank.inference.fake`; the server is ``fake_server.py``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rollbank.errors import ServerUnreachableError
+from rollbank.inference.fake_server import FakeInferenceServer
 from rollbank.inference.protocol import (
     AdmissionGate,
     GenerateRequest,
@@ -16,9 +14,6 @@ from rollbank.inference.protocol import (
     PauseMode,
     ServerMetrics,
 )
-
-if TYPE_CHECKING:
-    from rollbank.inference.fake import FakeInferenceServer
 
 
 class FakeInferenceClient:
@@ -78,9 +73,14 @@ class FakeInferenceClient:
         self._check()
         return self.server.is_paused
 
-    async def reset_prefix_cache(self) -> None:
+    async def reset_prefix_cache(self, *, attempts: int = 20, reset_running_requests: bool = False) -> None:
         self._check()
         self.server.reset_prefix_cache()
+
+    async def engine_version(self, request_id: str | None = None) -> int:
+        """The version the fake engine names (what a publication's record reads back)."""
+        self._check()
+        return self.server.policy_version
 
     async def reload_weights(self, weights_path: str, *, version: int) -> None:
         self._check()
@@ -106,15 +106,3 @@ class FakeInferenceClient:
     async def aclose(self) -> None:
         self.closed = True
 
-
-def make_fake_fleet(
-    n: int, **server_kwargs: object
-) -> tuple[list[FakeInferenceServer], list[FakeInferenceClient]]:
-    """``n`` fake servers named ``fake://server-i`` with one client each."""
-    from rollbank.inference.fake import FakeInferenceServer  # runtime import: fake imports us
-
-    servers = [
-        FakeInferenceServer(base_url=f"fake://server-{i}", **server_kwargs)  # type: ignore[arg-type]
-        for i in range(n)
-    ]
-    return servers, [FakeInferenceClient(s) for s in servers]

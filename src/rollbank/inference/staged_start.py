@@ -1,58 +1,76 @@
 """Starting managed servers in stages: serve as soon as the first one is healthy.
 
-Owns :class:`StagedStart`, mixed into :class:`~rollbank.inference.server.ManagedServers`
-(``wait="first"``): every server starts at once; entering returns when one is healthy; the
-others join :attr:`StagedStart.ready` as they become healthy, announced by
-:meth:`StagedStart.watch` (the :class:`~rollbank.inference.protocol.ServerFeed` seam the
-collection driver follows). A start that fails after that is recorded and reported through
-``on_failed``; only when every server failed is entering an error (the first server's).
+Owns :class:`StagedStart`, a component owned by
+:class:`~rollbank.inference.server.ManagedServers` (``wait="first"``): every server starts at
+once; :meth:`StagedStart.start_until_first` returns when one is healthy; the others join
+:attr:`StagedStart.ready` as they become healthy (the owner calls :meth:`StagedStart.notify`),
+announced by :meth:`StagedStart.watch` (the :class:`~rollbank.inference.protocol.ServerFeed`
+seam the collection driver follows). A start that fails after that is recorded, the server
+stopped and reported through ``on_failed``; only when every server failed is
+``start_until_first`` an error (the first server's).
 
-Invariant: no start task outlives the context manager (cancelled and awaited on exit).
+It knows a server only by :class:`Startable` (its index and whether it is serving) and the
+owner's ``start`` / ``stop`` / ``url`` operations.
+
+Invariant: no start task outlives the owner's context manager (:meth:`StagedStart.cancel` is
+awaited on exit).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rollbank.inference.server import ServerState
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Generic, Protocol, TypeVar
 
 
-class StagedStart:
-    servers: list[ServerState]
-    events: list[dict[str, object]]
-    on_failed: Callable[[int, BaseException], None] | None
+class Startable(Protocol):
+    """What staged start reads of a server."""
 
     @property
-    def urls(self) -> list[str]:
-        raise NotImplementedError
+    def index(self) -> int: ...
+    @property
+    def started(self) -> bool:
+        """Healthy at least once."""
+        ...
 
-    async def _start(self, s: ServerState) -> None:
-        raise NotImplementedError
 
-    async def _stop(self, s: ServerState) -> None:
-        raise NotImplementedError
+S = TypeVar("S", bound=Startable)
 
-    def _init_staged_start(self) -> None:
+
+class StagedStart(Generic[S]):
+    """The staged start of the owner's servers (``servers()`` is read at each use)."""
+
+    def __init__(
+        self, *, servers: Callable[[], Sequence[S]], url: Callable[[S], str],
+        start: Callable[[S], Awaitable[None]], stop: Callable[[S], Awaitable[None]],
+        events: list[dict[str, object]],
+        on_failed: Callable[[int, BaseException], None] | None = None,
+    ) -> None:
+        self._servers, self._url, self._start, self._stop = servers, url, start, stop
+        self.events = events
+        self.on_failed = on_failed
         self._starting: list[asyncio.Task[None]] = []  # starts still under way
         self._changed = asyncio.Event()  # set when a server joins or a start fails
         self.failed: dict[int, BaseException] = {}  # servers that never became healthy
 
-    async def _start_until_first(self) -> None:
+    def notify(self) -> None:
+        """A server became healthy (the owner's start calls this)."""
+        self._changed.set()
+
+    async def start_until_first(self) -> None:
         """Start every server; return once one is healthy (the rest go on in the background);
         raise the first start error if every server failed."""
+        servers = self._servers()
         self._starting = [asyncio.create_task(self._start_one(s), name=f"rollbank-vllm-start-{s.index}")
-                          for s in self.servers]
+                          for s in servers]
         while not self.ready:
-            if len(self.failed) == len(self.servers):
+            if len(self.failed) == len(servers):
                 raise self.failed[min(self.failed)]
             self._changed.clear()
             await self._changed.wait()
 
-    async def _start_one(self, s: ServerState) -> None:
-        """wait="first": start ``s``; a failure is recorded, its process stopped, not raised."""
+    async def _start_one(self, s: S) -> None:
+        """Start ``s``; a failure is recorded, its process stopped, not raised."""
         try:
             await self._start(s)
         except Exception as exc:
@@ -64,7 +82,8 @@ class StagedStart:
         finally:
             self._changed.set()
 
-    async def _cancel_starting(self) -> None:
+    async def cancel(self) -> None:
+        """Cancel and await every start still under way."""
         for t in self._starting:
             t.cancel()
         await asyncio.gather(*self._starting, return_exceptions=True)
@@ -73,7 +92,7 @@ class StagedStart:
     @property
     def ready(self) -> tuple[str, ...]:
         """URLs of the servers that are serving (healthy at least once), in index order."""
-        return tuple(self.urls[s.index] for s in self.servers if s.started)
+        return tuple(self._url(s) for s in self._servers() if s.started)
 
     async def watch(self) -> AsyncIterator[tuple[str, ...]]:
         """The ready servers now, then again each time one joins (until every start settled)."""
@@ -88,7 +107,7 @@ class StagedStart:
                 yield last
 
     def _unsettled(self) -> bool:
-        return any(not s.started and s.index not in self.failed for s in self.servers)
+        return any(not s.started and s.index not in self.failed for s in self._servers())
 
     async def settled(self) -> tuple[str, ...]:
         """Wait until every server is serving or failed to start; the ready servers."""
@@ -97,4 +116,3 @@ class StagedStart:
             if self._unsettled():
                 await self._changed.wait()
         return self.ready
-

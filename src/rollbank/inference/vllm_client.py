@@ -22,7 +22,7 @@ Wire contract (endpoints as vLLM 0.32 registers them; the control routes need
 - Version labels: rollbank names version ``v`` on the engine as ``str(v)``; ``"default"``
   (never set) is 0 (:mod:`rollbank.inference.engine_output`).
 - Admission: :meth:`generate` waits on the client's :class:`AdmissionGate` before sending;
-  a :class:`~rollbank.inference.publish.WeightPublisher` installs its gate on its clients.
+  a publisher (:mod:`rollbank.inference.publishing`) installs its gate on its clients.
 - abort: ``POST /inference/v1/abort_requests {"request_ids": ["generate-tokens-<id>"]}``
   (scale-out) or ``POST /abort_requests {"request_ids": ["cmpl-<id>-0"]}``; the aborted
   generation returns with ``finish_reason="abort"`` and its partial tokens

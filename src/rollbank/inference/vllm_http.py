@@ -8,14 +8,22 @@ A connect failure (nothing was sent) is retried ``connect_retries`` times, then
 connection is :class:`ServerUnreachableError`, a read timeout :class:`InferenceTimeoutError`,
 429/503 :class:`ServerOverloadedError`, 400/404/422 :class:`BadRequestError`, a 500 from a
 dead engine :class:`EngineDeadError`.
+
+A caller's cancellation (an aborted attempt, a step timeout) reaches the ``httpx`` call as an
+``anyio`` cancel scope's (:func:`_cancel_safely`), never as a bare ``Task.cancel()``: httpcore
+1.0 loses a pool connection to the latter when it lands between the pool's assignment of a new
+connection and its first request, or in the cleanup of a half-read response
+(encode/httpcore#1093): the socket then stays open, owned by no request, for good.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
+import anyio
 import httpx
 
 from rollbank.errors import (
@@ -33,6 +41,32 @@ _DEAD_MARKERS = ("enginecore", "engine core", "enginedead", "engine dead", "engi
 
 
 KEEPALIVE_EXPIRY_S = 2.0
+
+T = TypeVar("T")
+
+
+async def _cancel_safely(call: Callable[[], Awaitable[T]]) -> T:
+    """``await call()`` in a child task; a cancellation of the caller cancels the child's
+    ``anyio`` cancel scope (which httpcore's cleanup shields honour) and waits for the child
+    to unwind before it propagates, so the connection pool is left consistent (see module)."""
+    scope = anyio.CancelScope()
+
+    async def child() -> T:
+        with scope:
+            return await call()
+        raise asyncio.CancelledError  # the scope's own cancellation, swallowed by its exit
+
+    task = asyncio.ensure_future(child())
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        scope.cancel()
+        while not task.done():  # a second cancellation meanwhile changes nothing
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller's cancellation is what propagates
+        raise
 
 
 class VLLMHttp:
@@ -89,7 +123,7 @@ class VLLMHttp:
         attempt = 0
         while True:
             try:
-                resp = await self._http.request(method, path, **kwargs)
+                resp = await _cancel_safely(lambda: self._http.request(method, path, **kwargs))
                 break
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt < self.connect_retries:
@@ -97,17 +131,17 @@ class VLLMHttp:
                     await asyncio.sleep(0.1 * 2**attempt)
                     continue
                 raise ServerUnreachableError(
-                    f"{method} {path}: cannot connect: {exc}", server=self._base_url, request_id=request_id
+                    f"{self._base_url}: {method} {path}: cannot connect: {exc}", server=self._base_url, request_id=request_id
                 ) from exc
             except httpx.TimeoutException as exc:
                 raise InferenceTimeoutError(
-                    f"{method} {path}: timed out ({type(exc).__name__})",
+                    f"{self._base_url}: {method} {path}: timed out ({type(exc).__name__})",
                     server=self._base_url,
                     request_id=request_id,
                 ) from exc
             except httpx.TransportError as exc:
                 raise ServerUnreachableError(
-                    f"{method} {path}: connection lost: {exc!r}", server=self._base_url, request_id=request_id
+                    f"{self._base_url}: {method} {path}: connection lost: {exc!r}", server=self._base_url, request_id=request_id
                 ) from exc
         if resp.status_code >= 400:
             await self._raise_for_status(resp, f"{method} {path}", request_id)
@@ -128,7 +162,7 @@ class VLLMHttp:
 
     async def health(self) -> bool:
         try:
-            resp = await self._http.get("/health", timeout=5.0)
+            resp = await _cancel_safely(lambda: self._http.get("/health", timeout=5.0))
         except httpx.HTTPError:
             return False
         return resp.status_code == 200

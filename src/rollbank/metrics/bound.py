@@ -16,6 +16,12 @@ trajectory launched before that moment already had ``window_start - launched_at`
 progress: its path and its sandbox work count only what can remain, ``max(0, L_i - head
 start)`` (a group carried over from the previous window can complete early in this one; without
 the correction the bound exceeded the measured time, efficiency > 1).
+Two floors keep the bound a bound when the capacity is slower than the run (a calibration
+measured on a busier host, or reused from a cache): a trajectory's ``L_i`` is at most the time
+it actually took (alone it cannot be slower than it was under contention), and the aggregate
+rates are at least what the run itself achieved in the window (``observed_*_rate``), with only
+the tokens produced and the verification done in the window counted as work. Without them a fast run on a slow
+calibration reported efficiency above 1.
 T_LB is the maximum of the three; efficiency is T_LB / T_measured (<= 1 when the bound holds).
 When the capacity declares ``verifier_slots`` (verifiers are CPU-bound test suites and
 rollbank runs at most that many at once), a fourth term ``verifier_work = sum v_i / slots``
@@ -109,10 +115,23 @@ def tool_latencies(traj: Trajectory) -> list[float]:
 
 
 def critical_path(traj: Trajectory, cap: Capacity) -> float:
-    """L_i: the time this trajectory would take alone on an idle system."""
+    """L_i: the time this trajectory would take alone on an idle system (at most the time it
+    took, when its launch and finish are recorded)."""
     prefill = sum(cap.ttft_min(p) for p in uncached_prefill(traj))
     decode = decode_tokens(traj) / cap.decode_rate_single
-    return traj.sandbox_setup_s + prefill + decode + sum(tool_latencies(traj)) + traj.verify_s
+    path = traj.sandbox_setup_s + prefill + decode + sum(tool_latencies(traj)) + traj.verify_s
+    took = traj.finished_at - traj.launched_at
+    return min(path, took) if took > 0 else path
+
+
+def window_work(traj: Trajectory, window_start: float | None) -> tuple[int, int]:
+    """(decode, uncached prefill) tokens of ``traj`` produced from ``window_start`` on (all of
+    them without a window start or without inference spans)."""
+    spans = spans_of(traj, "inference")
+    if window_start is None or not spans:
+        return decode_tokens(traj), sum(uncached_prefill(traj))
+    mine = [s for s in spans if s.end > window_start]
+    return sum(s.gen_tokens for s in mine), sum(s.uncached_tokens for s in mine)
 
 
 def remaining_path(traj: Trajectory, cap: Capacity, window_start: float | None = None) -> float:
@@ -122,6 +141,15 @@ def remaining_path(traj: Trajectory, cap: Capacity, window_start: float | None =
     if window_start is None:
         return path
     return max(0.0, path - max(0.0, window_start - traj.launched_at))
+
+
+def window_verify(traj: Trajectory, window_start: float | None) -> float:
+    """Seconds of ``traj``'s verification from ``window_start`` on (a group carried from the
+    previous window may have been verified before it); ``verify_s`` without spans."""
+    spans = spans_of(traj, "verify")
+    if window_start is None or not spans:
+        return traj.verify_s
+    return sum(max(0.0, s.end - max(s.start, window_start)) for s in spans)
 
 
 def group_paths(trajs: Iterable[Trajectory], cap: Capacity,
@@ -141,21 +169,26 @@ def lower_bound(
     pool: Sequence[Trajectory] | None = None,
     groups_needed: int | None = None,
     window_start: float | None = None,
+    observed_decode_rate: float = 0.0,
+    observed_prefill_rate: float = 0.0,
 ) -> LowerBound:
     """T_LB for producing ``accepted`` (G complete groups), given the launched ``pool``.
 
     ``pool`` holds every *complete* group launched in the window (accepted or not); the path
     term is its G-th smallest group path. Without a pool the accepted groups are the pool.
     ``window_start`` (the previous hand-off): paths and sandbox work count only what remains
-    of trajectories launched before it (module doc).
+    of trajectories launched before it (module doc). ``observed_*_rate``: aggregate rates the
+    run achieved in the window, floors for the capacity's ``decode_rate_max`` and
+    ``prefill_rate_max``.
     """
     need = groups_needed if groups_needed is not None else len({t.group_id for t in accepted})
     paths = sorted(group_paths(pool if pool is not None else accepted, cap, window_start).values())
     path_term = 0.0 if not paths or need == 0 else paths[min(need, len(paths)) - 1]
-    d = sum(decode_tokens(t) for t in accepted)
-    p = sum(sum(uncached_prefill(t)) for t in accepted)
-    inference = max(d / cap.decode_rate_max, p / cap.prefill_rate_max)
+    work = [window_work(t, window_start) for t in accepted]
+    d, p = sum(w[0] for w in work), sum(w[1] for w in work)
+    inference = max(d / max(cap.decode_rate_max, observed_decode_rate),
+                    p / max(cap.prefill_rate_max, observed_prefill_rate))
     sandbox = sum(remaining_path(t, cap, window_start) for t in accepted) / cap.sandbox_slots
-    verifier = (sum(t.verify_s for t in accepted) / cap.verifier_slots
+    verifier = (sum(window_verify(t, window_start) for t in accepted) / cap.verifier_slots
                 if cap.verifier_slots else 0.0)
     return LowerBound(path_term, inference, sandbox, len(paths), need, verifier)

@@ -1,6 +1,6 @@
 """The JSONL event log: every lifecycle event of a collection, one JSON object per line.
 
-:class:`EventLog` implements the scheduler's :class:`~rollbank.scheduling.events.EventSink`
+:class:`EventLog` implements the scheduler's :class:`~rollbank.scheduling.policy.events.EventSink`
 (``launched``, ``started``, ``finished``, ``retried``, ``carried``, ``aborted``,
 ``group_ready``, ``group_dropped``, ``batch_ready``, ``waste``) and adds the collector's own
 events through :meth:`EventLog.record` (``run_started``, ``servers_ready``, ``batch_written``,
@@ -14,6 +14,9 @@ Invariants
   ``launched``, every ``flush_every`` lines, at most ``flush_interval_s`` after the oldest
   buffered line, and on close; a write to the page cache, no fsync), so a crash loses at
   most a few seconds of events but never a launch, and ``tail -f`` follows a run.
+  ``collector.batch_written`` (and the run's start and end) are written through too, and the
+  collector records ``batch_written`` as soon as the batch directory is complete: after a
+  SIGKILL the log and the batches on disk agree.
 - Opening a log repairs it (:func:`repair_log`): a crash can leave a torn last line (bytes
   after the last newline) or a last line that is not a JSON object (e.g. zeros after a power
   loss); it is cut off, and the repair is recorded as ``collector.log_repaired`` (bytes cut,
@@ -29,12 +32,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from rollbank.scheduling.events import Event, EventKind
+from rollbank.scheduling.policy.events import Event, EventKind
 
 COLLECTOR_PREFIX = "collector."
 #: Written through at once: a batch hand-off, and every launch (so that a resumed run knows
 #: every attempt the crashed one started: ``rollbank.resume``).
 _FLUSH_AT = frozenset({EventKind.BATCH_READY, EventKind.LAUNCHED})
+#: Collector events written through at once: a batch on disk is in the log before anything
+#: else happens (``on_batch``, a trainer step, back-pressure), so a SIGKILL cannot leave a
+#: complete batch directory the log does not name.
+_FLUSH_RECORDS = frozenset({"batch_written", "run_started", "run_finished"})
 
 
 def _json_default(o: object) -> Any:
@@ -71,6 +78,8 @@ class EventLog:
     def record(self, kind: str, t: float, **fields: Any) -> None:
         """A collector-level event (``kind`` gets the ``collector.`` prefix)."""
         self._append({"kind": COLLECTOR_PREFIX + kind, "t": t, "wall": time.time(), **fields})
+        if kind in _FLUSH_RECORDS:
+            self.flush()
 
     def _append(self, d: dict[str, Any]) -> None:
         self._buf.append(json.dumps(d, default=_json_default, sort_keys=True))

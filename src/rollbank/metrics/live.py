@@ -1,6 +1,6 @@
 """Live progress in the terminal (rich), fed by the lifecycle events.
 
-:class:`LiveView` is an :class:`~rollbank.scheduling.events.EventSink`. It keeps running
+:class:`LiveView` is an :class:`~rollbank.scheduling.policy.events.EventSink`. It keeps running
 counts (launched, running, finished by outcome, groups ready, batches, waste) and redraws a
 small table at most every ``min_interval_s`` seconds. It never starts a thread: redraws happen
 inside :meth:`emit` (``auto_refresh=False``), so nothing outlives :meth:`close`.
@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from rollbank.scheduling.events import AttemptFinished, Event, EventKind
+from rollbank.scheduling.policy.events import AttemptFinished, Event, EventKind
 
 
 class LiveView:

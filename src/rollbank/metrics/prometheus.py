@@ -1,6 +1,6 @@
 """A Prometheus endpoint for long collections, fed by the lifecycle events.
 
-:class:`PrometheusSink` is an :class:`~rollbank.scheduling.events.EventSink`: it turns every
+:class:`PrometheusSink` is an :class:`~rollbank.scheduling.policy.events.EventSink`: it turns every
 event into counter, gauge and histogram updates on its own ``CollectorRegistry`` (never the
 process-global one, so several collectors or tests can coexist). :meth:`serve` exposes the
 registry over HTTP (``prometheus_client.start_http_server``, a daemon thread owned by the
@@ -28,7 +28,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import start_http_server
 
-from rollbank.scheduling.events import (
+from rollbank.scheduling.policy.events import (
     AttemptFinished,
     AttemptWaste,
     BatchEvent,

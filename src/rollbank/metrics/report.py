@@ -10,7 +10,7 @@ sub-lanes of the server's band) and per sandbox lane
 (episode phases: set-up, tool, waiting on inference, verify), the CDF of trajectory durations,
 and the ready-bank fill curve (groups ready vs groups handed over, batch boundaries marked).
 Inputs are the records a run leaves behind (trajectories with spans, the JSONL events, batch
-summaries), so a report can be regenerated from an output folder.
+summaries), so a report can be regenerated from an output folder (:func:`report_from_run_dir`).
 
 Invariants: one self-contained HTML file (no external assets); matplotlib runs headless (Agg)
 and every figure is closed after rendering.
@@ -22,153 +22,30 @@ at the first plot, so importing this module works without it, and a missing matp
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rollbank.episodes.spans import Span, spans_of
+from rollbank.episodes.spans import spans_of
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.extras import require
 from rollbank.metrics.gate_report import GATE_COLUMNS, gate_rows, gate_totals
+from rollbank.metrics.progress import _WASTE_WHY
+from rollbank.metrics.report_plots import (
+    _lanes,
+    attempts_at_a_glance,
+    bank_fill,
+    duration_cdf,
+    fate_counts,
+    plt,
+    sandbox_timeline,
+    server_rows,
+    server_timeline,
+)
 
-
-class _Pyplot:
-    """``matplotlib.pyplot``, imported (headless, Agg) on first use."""
-
-    _module: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._module is None:
-            feature = "the HTML report's plots"
-            require("matplotlib", "report", feature).use("Agg")
-            self._module = require("matplotlib.pyplot", "report", feature)
-        return getattr(self._module, name)
-
-
-plt: Any = _Pyplot()
-
-_PHASE_COLOURS = {"sandbox_setup": "#8c564b", "exec": "#2ca02c", "verify": "#9467bd",
-                  "inference": "#1f77b4"}
-
-
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _lanes(intervals: Sequence[tuple[float, float, Any]]) -> list[int]:
-    """Greedy interval packing: lane index per interval, in input order (intervals that
-    overlap never share a lane; a lane is reused once its last interval ended)."""
-    ends: list[float] = []
-    out = [0] * len(intervals)
-    for k in sorted(range(len(intervals)), key=lambda k: (intervals[k][0], intervals[k][1])):
-        a, b, _ = intervals[k]
-        for i, e in enumerate(ends):
-            if e <= a:
-                ends[i] = b
-                out[k] = i
-                break
-        else:
-            ends.append(b)
-            out[k] = len(ends) - 1
-    return out
-
-
-def server_rows(spans: Sequence[Span]) -> tuple[list[str], list[tuple[Span, float, float]]]:
-    """Each server gets a band of sub-lanes (one per request in flight at once); returns the
-    server names and, per span, its y position and bar height (bands are 1 tall)."""
-    servers = sorted({s.server or "?" for s in spans})
-    placed: list[tuple[Span, float, float]] = []
-    for y, name in enumerate(servers):
-        mine = [s for s in spans if (s.server or "?") == name]
-        lanes = _lanes([(s.start, s.end, s) for s in mine])
-        n = max(lanes, default=0) + 1
-        h = 0.9 / n
-        for s, lane in zip(mine, lanes, strict=True):
-            placed.append((s, y - 0.45 + (lane + 0.5) * h, h * 0.9))
-    return servers, placed
-
-
-def server_timeline(trajs: Sequence[Trajectory], t0: float) -> str:
-    spans = [s for t in trajs for s in spans_of(t, "inference")]
-    servers, placed = server_rows(spans)
-    fig, ax = plt.subplots(figsize=(11, 0.8 + 0.9 * max(len(servers), 1)))
-    ids = sorted({s.trajectory_id for s in spans})
-    cmap = plt.get_cmap("tab20")
-    colour = {tid: cmap(i % 20) for i, tid in enumerate(ids)}
-    for s, y, h in placed:
-        ax.barh(y, s.duration, left=s.start - t0, height=h, color=colour[s.trajectory_id],
-                edgecolor="none")
-    ax.set_yticks(range(len(servers)), servers)
-    ax.set_xlabel("seconds since first launch")
-    ax.set_title("inference requests per server (one sub-lane per concurrent request; "
-                 "colour = trajectory)")
-    return _png(fig)
-
-
-def sandbox_timeline(trajs: Sequence[Trajectory], t0: float) -> str:
-    eps = sorted(((t.launched_at, t.finished_at, t) for t in trajs), key=lambda x: x[0])
-    lanes = _lanes(eps)
-    fig, ax = plt.subplots(figsize=(11, 1 + 0.12 * max(max(lanes, default=0) + 1, 8)))
-    for (a, b, t), lane in zip(eps, lanes, strict=True):
-        ax.barh(lane, b - a, left=a - t0, height=0.9, color="#dddddd", edgecolor="none")
-        for s in spans_of(t):
-            if s.kind in _PHASE_COLOURS:
-                ax.barh(lane, s.duration, left=s.start - t0, height=0.9,
-                        color=_PHASE_COLOURS[s.kind], edgecolor="none")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _PHASE_COLOURS.values()]
-    ax.legend(handles, list(_PHASE_COLOURS), loc="upper right", fontsize=7)
-    ax.set_xlabel("seconds since first launch")
-    ax.set_ylabel("sandbox lane")
-    ax.set_title("trajectories per sandbox lane (grey = held, idle)")
-    return _png(fig)
-
-
-def duration_cdf(arms: dict[str, Sequence[Trajectory]]) -> str:
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, trajs in arms.items():
-        ds = sorted(t.duration_s for t in trajs)
-        if ds:
-            ax.step(ds, [(i + 1) / len(ds) for i in range(len(ds))], where="post", label=name)
-    ax.set_xlabel("trajectory duration (s)")
-    ax.set_ylabel("fraction finished")
-    ax.set_title("CDF of trajectory durations")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _png(fig)
-
-
-def bank_fill(events: Sequence[dict[str, Any]], t0: float) -> str:
-    ready: list[float] = []
-    batches: list[tuple[float, int]] = []
-    for e in events:
-        if e.get("kind") == "group_ready":
-            ready.append(float(e["t"]) - t0)
-        elif e.get("kind") == "batch_ready":
-            batches.append((float(e["t"]) - t0, int(e.get("groups", 0))))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    ready.sort()
-    end = max([*ready, *(t for t, _ in batches), 0.0])
-    ax.step([0.0, *ready, end], [0, *range(1, len(ready) + 1), len(ready)], where="post",
-            label="groups ready (cumulative)")
-    taken, xs, ys = 0, [0.0], [0]
-    for t, g in batches:
-        xs += [t, t]
-        ys += [taken, taken + g]
-        taken += g
-        ax.axvline(t, color="grey", ls=":", lw=1)
-    ax.step(xs, ys, where="post", label="groups handed to trainer")
-    ax.set_xlabel("seconds since first launch")
-    ax.set_ylabel("groups")
-    ax.set_title("ready-bank fill (dotted: batch hand-offs)")
-    ax.legend(fontsize=8)
-    return _png(fig)
+__all__ = ["_lanes", "duration_cdf", "fmt_cell", "fmt_number", "headline", "plt", "server_rows",
+           "write_report"]
 
 
 def fmt_number(v: float) -> str:
@@ -204,8 +81,26 @@ def fmt_cell(v: Any) -> str:
     return html.escape(str(v))
 
 
+#: table headers for people (the JSON key stays in the header's tooltip)
+LABELS = {
+    "batch_index": "batch", "n_groups": "groups", "n_trajectories": "trajectories",
+    "time_to_batch_s": "time to batch (s)", "tail_share": "straggler tail share",
+    "tokens_per_s": "tokens/s", "inference_busy_s": "servers busy (s)",
+    "inference_idle_env_s": "servers idle while episodes in sandboxes (s)",
+    "sandbox_held_util": "sandbox utilisation", "prefix_cache_hit_rate": "prefix cache hit rate",
+    "efficiency": "efficiency T_LB / T", "critical_path_s": "critical path (s)",
+    "inference_work_s": "inference work (s)", "sandbox_work_s": "sandbox work (s)",
+    "t_lb_s": "T_LB (s)", "binding_term": "bound by", "groups_in_pool": "groups in pool",
+    "groups_needed": "groups needed",
+}
+#: span kinds in the words of the sandbox timeline's legend
+PHASES = {"sandbox_setup": "sandbox set-up", "inference": "waiting for the model",
+          "exec": "tool commands", "verify": "verifier"}
+
+
 def _table(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    head = "".join(f"<th title='{html.escape(c)}'>{html.escape(LABELS.get(c, c))}</th>"
+                   for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{fmt_cell(r.get(c))}</td>" for c in cols) + "</tr>"
                    for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -213,7 +108,21 @@ def _table(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> str:
 
 BATCH_COLUMNS = ("batch_index", "n_groups", "n_trajectories", "time_to_batch_s", "tail_share",
                  "tokens_per_s", "inference_busy_s", "inference_idle_env_s", "sandbox_held_util",
-                 "prefix_cache_hit_rate", "efficiency", "outcomes")
+                 "prefix_cache_hit_rate", "efficiency")
+OUTCOMES = ("model_success", "model_failure", "infra_failure", "unknown")
+
+
+def outcome_rows(batches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per batch the accepted trajectories by outcome, and the batch's attempt accounting."""
+    rows = []
+    for b in batches:
+        oc = b.get("outcomes") or {}
+        acc = (b.get("extra") or {}).get("accounting") or {}
+        rows.append({"batch": b.get("batch_index"), **{k: int(oc.get(k, 0)) for k in OUTCOMES},
+                     "launched in window": acc.get("launched"), "in the batch": acc.get("consumed"),
+                     "re-run": acc.get("retried"), "wasted": acc.get("waste"),
+                     "carried to next window": acc.get("carried")})
+    return rows
 
 
 def _pct(part: float, whole: float) -> str:
@@ -221,10 +130,12 @@ def _pct(part: float, whole: float) -> str:
 
 
 def headline(batches: Sequence[dict[str, Any]], trajectories: Sequence[Trajectory],
-             setup_s: float | None = None) -> list[tuple[str, str]]:
+             setup_s: float | None = None, ledger: dict[str, Any] | None = None
+             ) -> list[tuple[str, str]]:
     """The top-of-report block: (label, text) rows for time to batch, efficiency and its
     binding term, outcomes and learning signal, and where the time went."""
     rows: list[tuple[str, str]] = []
+    groups = zero = 0
     if batches:
         ttb = ", ".join(f"#{b.get('batch_index')} {fmt_number(float(b.get('time_to_batch_s', 0.0)))} s"
                         for b in batches[:6])
@@ -248,25 +159,41 @@ def headline(batches: Sequence[dict[str, Any]], trajectories: Sequence[Trajector
             groups += int(b.get("n_groups", 0))
             zero += int((b.get("extra") or {}).get("zero_variance_groups", 0))
         total = sum(outcomes.values())
-        rows.append(("outcomes", ", ".join(f"{k} {n} ({_pct(n, total)})" for k, n in sorted(outcomes.items()))
-                     or "-"))
-        if groups and any("zero_variance_groups" in (b.get("extra") or {}) for b in batches):
-            rows.append(("learning signal", f"{groups - zero}/{groups} groups with reward variance "
+        rows.append(("outcomes in batches", f"{total} trajectories: " + ", ".join(
+            f"{k} {n} ({_pct(n, total)})" for k, n in sorted(outcomes.items())) if total else "-"))
+    if trajectories:
+        every: dict[str, int] = {}
+        for t in trajectories:
+            k = t.outcome.outcome.value if t.outcome is not None else "running"
+            every[k] = every.get(k, 0) + 1
+        rows.append(("outcomes of all finished attempts", f"{len(trajectories)} attempts: " + ", ".join(
+            f"{k} {n} ({_pct(n, len(trajectories))})" for k, n in sorted(every.items()))))
+    if ledger:
+        fate = fate_counts(batches, ledger)
+        launched = int(ledger.get("launched", sum(fate.values())))
+        why = ", ".join(f"{n} {_WASTE_WHY.get(r, r.replace('_', ' '))}" for r, n in
+                        sorted((ledger.get("waste_by_reason") or {}).items()) if n)
+        rows.append(("attempts", f"{launched} launched: " + ", ".join(
+            f"{n} {k} ({_pct(n, launched)}" + (f": {why})" if k == "wasted" and why else ")")
+            for k, n in fate.items() if n)))
+    if groups and any("zero_variance_groups" in (b.get("extra") or {}) for b in batches):
+            rows.append(("reward variance", f"{groups - zero}/{groups} groups with reward variance "
                                             f"({_pct(groups - zero, groups)}); {zero} zero-variance"))
     if trajectories:
         held = sum(t.duration_s for t in trajectories)
         by_kind = {k: sum(s.duration for t in trajectories for s in spans_of(t, k))
                    for k in ("sandbox_setup", "inference", "exec", "verify")}
         rest = max(held - sum(by_kind.values()), 0.0)
-        parts = [f"{k} {fmt_number(v)} s ({_pct(v, held)})" for k, v in by_kind.items()]
-        rows.append(("where time went", f"{len(trajectories)} trajectories, {fmt_number(held)} s in sandboxes: "
-                     + ", ".join(parts) + f", other {fmt_number(rest)} s ({_pct(rest, held)})"))
+        parts = [f"{PHASES[k]} {fmt_number(v)} s ({_pct(v, held)})" for k, v in by_kind.items()]
+        rows.append(("where time went", f"{len(trajectories)} attempts held sandboxes "
+                     f"{fmt_number(held)} s: " + ", ".join(parts)
+                     + f", held between phases {fmt_number(rest)} s ({_pct(rest, held)})"))
     if batches:
         busy = sum(float(b.get("inference_busy_s", 0.0)) for b in batches)
         span = sum(float(b.get("time_to_batch_s", 0.0)) * int(b.get("num_servers", 1) or 1) for b in batches)
         idle_env = sum(float(b.get("inference_idle_env_s", 0.0)) for b in batches)
         rows.append(("servers", f"busy {_pct(busy, span)} of server time; idle while episodes were in "
-                                f"environments {fmt_number(idle_env)} s"))
+                                f"sandboxes {fmt_number(idle_env)} s"))
     return rows
 
 
@@ -302,20 +229,35 @@ def write_report(
     config: dict[str, Any] | None = None,
     notes: Sequence[str] = (),
     setup_s: float | None = None,
+    ledger: dict[str, Any] | None = None,
+    interrupted: str | None = None,
 ) -> Path:
-    """Write the HTML report; ``batches`` are :meth:`BatchSummary.to_dict` rows."""
+    """Write the HTML report; ``batches`` are :meth:`BatchSummary.to_dict` rows, ``ledger``
+    the run's final attempt accounting, ``interrupted`` why the run stopped early."""
     t0 = min((t.launched_at for t in trajectories), default=0.0)
     figs: list[tuple[str, str]] = []
     if trajectories:
-        figs.append(("Timeline per inference server", server_timeline(trajectories, t0)))
-        figs.append(("Timeline per sandbox", sandbox_timeline(trajectories, t0)))
+        figs.append(("Timeline per inference server", server_timeline(trajectories, t0, batches)))
+        figs.append(("Timeline per sandbox", sandbox_timeline(trajectories, t0, batches)))
         figs.append(("Trajectory durations", duration_cdf({"all": trajectories})))
     figs.append(("Ready bank", bank_fill(events, t0)))
     lb_rows = [{"batch_index": b["batch_index"], **b.get("lower_bound", {})} for b in batches]
+    glance = ([f"<img src='data:image/png;base64,"
+               f"{attempts_at_a_glance(trajectories, batches, ledger)}'/>"] if trajectories else [])
+    stop = ([f"<p class='stop'>Interrupted ({html.escape(interrupted)}): this report covers the "
+             f"{len(batches)} batch(es) written and the attempts finished before the stop.</p>"]
+            if interrupted else [])
     parts = [
-        f"<h1>{html.escape(title)}</h1>",
-        _headline_html(headline(batches, trajectories, setup_s)),
+        f"<h1>{html.escape(title)}</h1>", *stop,
+        _headline_html(headline(batches, trajectories, setup_s, ledger)),
         *(f"<p>{html.escape(n)}</p>" for n in notes),
+        "<h2>Attempts at a glance</h2>", *glance,
+        "<h2>Outcomes per batch</h2>",
+        "<p>Accepted trajectories by outcome, and what happened to the attempts launched in the "
+        "batch's window.</p>", _table(outcome_rows(batches), ["batch", *OUTCOMES,
+                                                              "launched in window", "in the batch",
+                                                              "re-run", "wasted",
+                                                              "carried to next window"]),
         "<h2>Batches</h2>", _table(batches, BATCH_COLUMNS),
         "<h2>Lower bound T_LB per batch</h2>",
         _table(lb_rows, ("batch_index", "critical_path_s", "inference_work_s", "sandbox_work_s",
@@ -325,13 +267,57 @@ def write_report(
           for name, png in figs),
     ]
     if config is not None:
-        parts += ["<h2>Resolved configuration</h2>",
-                  f"<pre>{html.escape(json.dumps(config, indent=2, sort_keys=True, default=str))}</pre>"]
+        parts += ["<details><summary>Resolved configuration (config.resolved.json)</summary>",
+                  f"<pre>{html.escape(json.dumps(config, indent=2, sort_keys=True, default=str))}"
+                  "</pre></details>"]
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}img{max-width:100%}"
-             ".headline th{text-align:left;background:#f4f4f4}.headline td{font-size:14px}")
+             ".headline th{text-align:left;background:#f4f4f4}.headline td{font-size:14px}"
+             ".stop{background:#fde0dd;padding:6px;border:1px solid #d62728}"
+             "summary{cursor:pointer;font-weight:bold;margin-top:1em}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>"
                     f"{html.escape(title)}</title><style>{style}</style></head><body>"
                     + "\n".join(parts) + "</body></html>\n", encoding="utf-8")
     return path
+
+
+def trajectory_from_episode(doc: dict[str, Any]) -> Trajectory:
+    """The parts of a trajectory the report draws (ids, times, spans, outcome), read back from
+    an episode file's JSON (``episodes/*.json``: ``rollbank.episodes.replay.episode_record``)."""
+    from rollbank.episodes.episode_file import parse_episode
+    from rollbank.episodes.spans import Span, add_span
+
+    rec = parse_episode(doc)
+    timings = doc.get("timings") or {}
+    t = Trajectory(trajectory_id=rec.trajectory_id, group_id=rec.group_id, task_id=rec.task_id,
+                   attempt=int(doc.get("attempt", 0)), retry=int(doc.get("retry", 0)),
+                   launched_at=float(timings.get("launched_at", 0.0)),
+                   started_at=float(timings.get("started_at", 0.0)),
+                   finished_at=float(timings.get("finished_at", 0.0)),
+                   outcome=rec.outcome.to_outcome() if rec.outcome is not None else None)
+    for s in doc.get("spans") or []:
+        add_span(t, Span(**s))
+    return t
+
+
+def report_from_run_dir(run_dir: Path, out: Path | None = None) -> Path:
+    """Write (again) the report of a collect output folder from what it holds: summary.json,
+    events.jsonl, episodes/*.json and config.resolved.json (default: ``<run_dir>/report.html``)."""
+    from rollbank.config import read_json_input
+    from rollbank.metrics.events import read_events
+
+    summary = read_json_input(run_dir / "summary.json", what="summary file")
+    trajs = [trajectory_from_episode(read_json_input(p, what="episode file"))
+             for p in sorted((run_dir / "episodes").glob("*.json"))]
+    config_file = run_dir / "config.resolved.json"
+    config = read_json_input(config_file, what="config") if config_file.is_file() else None
+    batches = list(summary.get("batches") or [])
+    setup_s = float(summary.get("setup_s") or 0.0)
+    return write_report(
+        out or run_dir / "report.html", title=f"rollbank collect: {run_dir.name}",
+        trajectories=trajs, events=read_events(run_dir / "events.jsonl"), batches=batches,
+        config=config, setup_s=setup_s, ledger=summary.get("ledger"),
+        interrupted=summary.get("interrupted"),
+        notes=[f"collection {float(summary.get('collection_s') or 0.0):.1f} s for {len(batches)} "
+               f"batch(es); {len(trajs)} attempts finished; set-up {setup_s:.1f} s"])

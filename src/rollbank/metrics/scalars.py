@@ -1,6 +1,6 @@
 """Scalar series from the lifecycle events: what the TensorBoard and W&B sinks log.
 
-:class:`EventScalars` turns each :class:`~rollbank.scheduling.events.Event` into zero or more
+:class:`EventScalars` turns each :class:`~rollbank.scheduling.policy.events.Event` into zero or more
 :class:`Scalar` points on one of two axes, so every logging backend plots the same series:
 
 - ``attempt`` axis (step = finished attempts so far, from 1): ``attempt/duration_s``,
@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
-from rollbank.scheduling.events import (
+from rollbank.scheduling.policy.events import (
     AttemptFinished,
     AttemptWaste,
     BatchEvent,

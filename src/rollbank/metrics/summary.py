@@ -188,9 +188,11 @@ def summarize_batch(
         if t.group_id not in consumed_groups:
             pool_groups.setdefault(t.group_id, []).append(t)
     complete = [g for g in pool_groups.values() if group_size is None or len(g) >= group_size]
+    prefilled = sum(s.uncached_tokens for s in window_inf)
     lb = None if capacity is None else lower_bound(
         accepted, capacity, pool=[t for g in complete for t in g], groups_needed=groups_needed,
-        window_start=t_start)
+        window_start=t_start, observed_decode_rate=tokens / T if T > 0 else 0.0,
+        observed_prefill_rate=prefilled / T if T > 0 else 0.0)
     pool = [t for t in seen if t_start <= t.finished_at <= t_end]
     return BatchSummary(
         batch_index=batch_index,

@@ -1,6 +1,6 @@
 """TensorBoard event files for a collection (``pip install 'rollbank[tensorboard]'``).
 
-:class:`TensorBoardSink` is an :class:`~rollbank.scheduling.events.EventSink`: it logs the
+:class:`TensorBoardSink` is an :class:`~rollbank.scheduling.policy.events.EventSink`: it logs the
 scalar series of :mod:`rollbank.metrics.scalars` (``attempt/*`` with the finished-attempt
 count as step, ``batch/*`` with the batch index as step) to a :class:`ScalarWriter`.
 :func:`open_tensorboard` makes one backed by ``tensorboardX.SummaryWriter`` (the small
@@ -21,7 +21,7 @@ from typing import Protocol
 
 from rollbank.extras import require
 from rollbank.metrics.scalars import EventScalars
-from rollbank.scheduling.events import Event
+from rollbank.scheduling.policy.events import Event
 
 
 class ScalarWriter(Protocol):

@@ -1,6 +1,6 @@
 """Weights & Biases logging for a collection, offline only (``pip install 'rollbank[wandb]'``).
 
-:class:`WandbSink` is an :class:`~rollbank.scheduling.events.EventSink`: it logs the scalar
+:class:`WandbSink` is an :class:`~rollbank.scheduling.policy.events.EventSink`: it logs the scalar
 series of :mod:`rollbank.metrics.scalars` to a :class:`WandbRun`, each series against its own
 step metric (``attempt/step``: finished attempts; ``batch/step``: batch index), declared
 with ``define_metric`` so W&B plots them on the right x axis.
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from rollbank.extras import require
 from rollbank.metrics.scalars import AXES, EventScalars
-from rollbank.scheduling.events import Event
+from rollbank.scheduling.policy.events import Event
 
 
 class WandbRun(Protocol):

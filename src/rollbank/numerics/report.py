@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rollbank.quantiles import quantiles
 from rollbank.staleness.config import CorrectionConfig, CorrectionMode, EstimatorConfig
 from rollbank.staleness.corrections import apply_correction
 from rollbank.staleness.estimators import divergence_stats, k3_terms, log_rho, normalized_ess
@@ -80,8 +81,9 @@ def abs_summary(delta: ArrayLike, thresholds: Sequence[float] = THRESHOLDS) -> d
         "mean": float(np.mean(a)),
         "max": float(np.max(a)),
         "k3": float(np.mean(k3_terms(np.asarray(delta, dtype=np.float64).ravel()))),
-        "percentiles": {f"p{q:g}": float(v) for q, v in
-                        zip(PERCENTILES, np.percentile(a, PERCENTILES), strict=True)},
+        "percentiles": {f"p{q:g}": float(v or 0.0) for q, v in
+                        zip(PERCENTILES, quantiles(a, [q / 100 for q in PERCENTILES]),
+                            strict=True)},  # nearest rank (rollbank.quantiles)
         "share_over": {f"{t:g}": float(np.mean(a > t)) for t in thresholds},
     }
 

@@ -24,29 +24,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from pydantic import Field
-
-from rollbank.config import Section
 from rollbank.errors import SandboxError
+from rollbank.sandbox.config import WarmPoolConfig
 from rollbank.sandbox.protocol import Sandbox, SandboxBackend, SandboxSpec, Snapshot
-
-
-class WarmPoolConfig(Section):
-    """Sizing of the warm pool."""
-
-    prestart: int = Field(
-        default=0, ge=0, le=256,
-        description="Sandboxes kept started per key, ready to hand out (0: fork on demand; "
-        "forking from a snapshot is already fast with the local backend).",
-    )
-    budget_s: float | None = Field(
-        default=None, gt=0,
-        description="Per-episode exec budget of pre-started sandboxes; fork() callers asking "
-        "for another budget get freshly forked sandboxes.",
-    )
-    max_refills: int = Field(
-        default=2, ge=1, le=64, description="Refills (background forks) running at once."
-    )
 
 
 @dataclass
@@ -186,8 +166,10 @@ class WarmPool:
                 if self._closing or current is None or not current.done() or (
                     current.result() is not snap
                 ):
+                    # close tasks the pool's exit awaits and never cancels: awaited here, a
+                    # close cut by that exit's cancel left this sandbox and the next open
                     for sb in new:
-                        await sb.close()
+                        self._close_later(sb)
                     return
                 self._stock.setdefault(key, []).extend(new)
         finally:

@@ -41,7 +41,10 @@ class SandboxSpec:
     """Everything needed to start one sandbox.
 
     ``layers`` are read-only directories, lowest first (base filesystem, then the task's built
-    environment layers). ``network`` False means loopback only.
+    environment layers). ``network`` False means loopback only. ``user`` is the image's
+    ``USER``: the agent's shell sessions (:meth:`Sandbox.shell`) run as it, as ``docker exec``
+    without ``-u`` would; ``None`` or root: root. One-shot ``exec``, pinned commands and file
+    transfers run as root (rollbank's own runtime, verifier and oracle steps use them).
     """
 
     layers: tuple[Path, ...]
@@ -50,6 +53,7 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     network: bool = False
     hostname: str = "sandbox"
+    user: str | None = None  # the image's USER (shell sessions); None: root
     label: str = ""  # free text for logs (task id, episode id)
 
 

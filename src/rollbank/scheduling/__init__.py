@@ -2,11 +2,11 @@
 
 Public API (what the episode layer, metrics and CLI code against)::
 
-    from rollbank.scheduling.driver import AttemptRunner, CollectionDriver
+    from rollbank.scheduling.drivers.driver import AttemptRunner, CollectionDriver
     from rollbank.scheduling.config import SchedulerConfig
     from rollbank.episodes.attempt import AttemptContext, AttemptSpec
     from rollbank.batching.batch import Batch, GroupResult
-    from rollbank.scheduling.events import Event, EventKind, EventSink
+    from rollbank.scheduling.policy.events import Event, EventKind, EventSink
 
     class EpisodeRunner:                      # implements AttemptRunner
         async def run(self, attempt: AttemptSpec) -> Trajectory:
@@ -25,10 +25,12 @@ Public API (what the episode layer, metrics and CLI code against)::
             path = write_batch(out_dir, batch)  # rollbank.batching.writer
             driver.ack(path)                  # consumed now (else: at the next iteration)
 
-Module map: ``types`` (decisions, enums; re-exports the attempt nouns of
-``episodes.attempt``), ``config`` (pydantic sections), ``events`` (lifecycle events +
-``EventSink``), ``ledger`` (exactly-once accounting), ``ready_bank``, ``scheduler`` (+
-``inference_slots``), ``profile``, ``driver``. The batch a trainer receives (``Batch``,
-``GroupResult``, accounting, selection profile) is ``rollbank.batching.batch``, a layer below.
+Layout, by role: ``policy/`` (pure state machines over an injected clock, no I/O: ``scheduler``
+and its capacities, ``ready_bank``, ``ledger``, ``window``, ``types``, ``events``, the gated
+scheduler and bank), ``drivers/`` (thin asyncio drivers that run the policy: ``driver``,
+``gated_driver``, the scorers), ``sim/`` (the policy in virtual time: ``simulate``,
+``sim_model``), and ``config`` (pydantic sections). ``policy`` imports neither ``drivers`` nor
+``sim``. The batch a trainer receives (``Batch``, ``GroupResult``, accounting, selection
+profile) is ``rollbank.batching.batch``, a layer below.
 The package itself imports nothing, so that loading ``scheduling.config`` stays cheap.
 """

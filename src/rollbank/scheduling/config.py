@@ -8,15 +8,36 @@ the policy code reads one set of numbers.
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 from typing import Any
 
 from pydantic import Field, model_validator
 
-from rollbank.batching.advantages import AdvantageConfig
+from rollbank.batching.config import AdvantageConfig
 from rollbank.config import Section
-from rollbank.scheduling.types import SchedulingMode, StragglerPolicy
 
 __all__ = ["AdvantageConfig", "ReadyBankConfig", "SchedulerConfig"]
+
+
+class StragglerPolicy(StrEnum):
+    """What happens to unfinished attempts once a batch has enough complete groups."""
+
+    WAIT = "wait"  # the batch is emitted only when every group in the pool is terminal
+    CARRY = "carry"  # emit now; unfinished attempts keep running and join the next batch
+    ABORT = "abort"  # emit now; unfinished attempts are cancelled and reported as waste
+
+
+class SchedulingMode(StrEnum):
+    """``optimized``: ready bank, over-provisioning, priorities. ``naive``: the baseline.
+
+    ``naive`` is a launch-order synchronous batch: exactly ``groups_per_batch`` groups are
+    launched per batch (no over-provisioning), the batch waits for all of them, waiting
+    attempts are served first-come-first-served (no sibling priority), an infra failure is not
+    re-run (retry limit 0), and a dropped group is not replaced (the batch is smaller).
+    """
+
+    OPTIMIZED = "optimized"
+    NAIVE = "naive"
 
 
 class DynamicSamplingConfig(Section):

@@ -1,12 +1,16 @@
 """The HTTP routes of the collector service (FastAPI, thin: every decision is the hub's).
 
 Every route, ``/openapi.json`` included, requires ``Authorization: Bearer <token>`` (401
-otherwise, compared in constant time). Routes (docs/service.md; schema docs/service-openapi.json):
+otherwise, compared in constant time). Before authentication, request headers are bounded
+by the HTTP parser (``service.max_header_bytes``, h11: 431/400) and bodies by
+:class:`BodyLimit` (``service.max_body_bytes``: 413). A long poll whose client disconnects
+gives its lease back at once (:meth:`CollectorHub.cancel`). Routes (docs/service.md; schema
+docs/service-openapi.json):
 
     POST /v1/batches/next?timeout_s=&format=json|arrow   lease the next batch (long poll)
     POST /v1/batches/{index}/ack      {"lease_id"}         the trainer is done with it
     POST /v1/batches/{index}/release  {"lease_id"}         give it back (offered again at once)
-    POST /v1/versions   {"version", "checkpoint"?}         announce a published weight version
+    POST /v1/versions   {"version", "checkpoint"?, "correct"?}  announce a published weight version
     GET  /v1/status                                        run id, batch counts, version, state
     GET  /metrics                                          Prometheus text format
     GET  /openapi.json                                     this API's schema
@@ -24,7 +28,8 @@ from pydantic import BaseModel, Field
 
 from rollbank.errors import ServiceError
 from rollbank.extras import require
-from rollbank.service.hub import CollectorHub, Finished
+from rollbank.service.hub import MAX_WEIGHT_VERSION, CollectorHub, Finished
+from rollbank.service.leases import Lease
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 
@@ -57,9 +62,15 @@ class VersionIn(BaseModel):
     directory on every engine it drives, then serves the version; without, the engines already
     serve it (the trainer published to them) and the service records it and tells its router."""
 
-    version: int = Field(ge=1, description="the new version; greater than the current one")
-    checkpoint: str | None = Field(default=None, description="full-weights safetensors directory "
-                                   "readable by the engines, to hot-load as this version")
+    version: int = Field(ge=1, le=MAX_WEIGHT_VERSION, description="the new version; greater "
+                         "than the current one (at most 2**31 - 1: batches store int32)")
+    checkpoint: str | None = Field(default=None, description="a directory on the service's "
+                                   "machine, readable by the engines, holding full weights "
+                                   "(config.json + *.safetensors, as save_pretrained writes), "
+                                   "to hot-load as this version; the fake engine only records it")
+    correct: bool = Field(default=False, description="true: replace a wrongly announced current "
+                          "version with this one even if it is not newer (batches already "
+                          "written keep the versions their tokens were tagged with)")
     lora: str | None = Field(default=None, description="instead of checkpoint: a PEFT adapter "
                              "directory readable by the engines, loaded on every engine as "
                              "policy-v<version>; the collector's requests switch to that adapter "
@@ -71,6 +82,8 @@ class VersionOut(BaseModel):
     checkpoint: str | None
     lora: str | None = Field(default=None, description="the adapter directory, when a LoRA version")
     applied: bool = Field(description="true: the service hot-loaded the checkpoint")
+    corrected_from: int | None = Field(default=None, description="a correction: the version "
+                                       "it replaced")
     detail: dict[str, Any] = Field(description="the publication's timings and engines")
 
 
@@ -83,6 +96,8 @@ class StatusOut(BaseModel):
     batches: dict[str, int] = Field(description="written, ready, leased, acked, unacked, "
                                     "redeliveries, expired, released")
     in_flight: int = Field(description="batches leased to a trainer and not acknowledged")
+    ends: str = Field(description="when the service exits (e.g. once the listed batches are "
+                      "acknowledged, service.exit_when_done)")
     uptime_s: float
     wall_clock: float
 
@@ -106,8 +121,82 @@ def _arrow_bytes(path: str) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+async def _refuse(send: Any, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """ASGI middleware ahead of authentication and routing: a request body over
+    ``max_bytes`` is refused with 413 before the application sees it (a ``Content-Length``
+    over the limit at once; a chunked body as soon as it passes the limit, never buffered
+    beyond it). Bodies are small JSON: read here, then handed on."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_big = f"request body over service.max_body_bytes ({self.max_bytes})"
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if not value.isdigit():
+                    return await _refuse(send, 400, "malformed Content-Length")
+                if int(value) > self.max_bytes:
+                    return await _refuse(send, 413, too_big)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None  # the client went away
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                return await _refuse(send, 413, too_big)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay() -> Any:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _disconnected(request: Any) -> None:
+    """Return when the client of ``request`` has disconnected."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _lease_for_connected(hub: CollectorHub, request: Any, timeout_s: float
+                               ) -> Lease | Finished | Literal["gone"] | None:
+    """The long poll, raced against the client's disconnect: a client that went away gets
+    no lease (a lease granted just as it left is cancelled at once)."""
+    poll = asyncio.ensure_future(hub.next_batch(timeout_s))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({poll, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        poll.cancel()  # a no-op once it has its result: a lease is never lost to the cancel
+        gone.cancel()
+    got = poll.result() if poll.done() and not poll.cancelled() else None
+    if gone.done() and not gone.cancelled():
+        if isinstance(got, Lease):
+            await hub.cancel(got.batch_index, got.lease_id)
+        return "gone"
+    return got
+
+
 def build_app(hub: CollectorHub, *, token: str, registry: CollectorRegistry,
-              max_poll_s: float) -> Any:
+              max_poll_s: float, max_body_bytes: int = 1 << 20) -> Any:
     """The FastAPI application serving ``hub`` (``token``: the bearer token)."""
     fastapi = require("fastapi", "service", "rollbank serve-collector")
     from fastapi import Depends, FastAPI, Query, Request, Response
@@ -127,6 +216,7 @@ def build_app(hub: CollectorHub, *, token: str, registry: CollectorRegistry,
                   description="A long-running rollbank collection a trainer drives over HTTP "
                   "(docs/service.md).", openapi_url=None, docs_url=None, redoc_url=None,
                   dependencies=[Depends(authorized)])
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # runs before authentication
 
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
@@ -138,13 +228,16 @@ def build_app(hub: CollectorHub, *, token: str, registry: CollectorRegistry,
         204: {"description": "no batch became available within timeout_s"},
         410: {"description": "the collection ended and every batch is acknowledged"}})
     async def next_batch(
+        request: Request,
         timeout_s: Annotated[float, Query(ge=0, description="long-poll seconds (at most service.max_poll_s)")] = 30.0,
         format: Annotated[Literal["json", "arrow"], Query(description="json: the batch's "
                                                           "path; arrow: its table as an Arrow IPC stream")] = "json",
     ) -> Any:
         if timeout_s > max_poll_s:
             raise ServiceError(f"timeout_s {timeout_s} exceeds service.max_poll_s {max_poll_s}", status=422)
-        got = await hub.next_batch(timeout_s)
+        got = await _lease_for_connected(hub, request, timeout_s)
+        if got == "gone":
+            return Response(status_code=499)  # nobody reads it: the lease was given back
         if got is None:
             return Response(status_code=204)
         if isinstance(got, Finished):
@@ -181,13 +274,16 @@ def build_app(hub: CollectorHub, *, token: str, registry: CollectorRegistry,
                                status=422)
         for name, path in (("checkpoint", body.checkpoint), ("lora", body.lora)):
             if path is not None and not await asyncio.to_thread(Path(path).is_dir):
-                raise ServiceError(f"{name} {path} is not a directory on the service's machine",
-                                   status=422)
+                what = ("a PEFT adapter directory" if name == "lora" else "a full-weights "
+                        "directory (config.json + *.safetensors)")
+                raise ServiceError(f"{name} {path} is not a directory on the service's machine: "
+                                   f"send {what} the engines can read, or no {name} when the "
+                                   "engines already serve the version", status=422)
         rec = await hub.announce(body.version, body.checkpoint or body.lora,
-                                 lora=body.lora is not None)
+                                 lora=body.lora is not None, correct=body.correct)
         return VersionOut(version=rec.version, checkpoint=None if rec.lora else rec.checkpoint,
                           lora=rec.checkpoint if rec.lora else None, applied=rec.applied,
-                          detail=rec.detail)
+                          corrected_from=rec.corrected_from, detail=rec.detail)
 
     @app.get("/v1/status", response_model=StatusOut)
     async def status() -> StatusOut:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 
-from rollbank.collect_config import CollectConfig, default_config_text
+from rollbank.collect_config import CollectConfig, default_config_text, drop_embedded_selection
 from rollbank.config import Origins, Section, apply_overrides, read_toml, validate
 from rollbank.errors import ConfigError
 
@@ -60,8 +60,17 @@ class ServiceSection(Section):
         "hot-loaded: 'finish' (drain, then swap) or 'abort' (abort; the slot is re-run)",
     )
     exit_when_done: bool = Field(
-        default=False, description="stop the service once the collection has finished and every "
-        "batch is acknowledged (otherwise it serves status until SIGINT/SIGTERM)",
+        default=True, description="exit (0) once the collection has finished and every batch is "
+        "acknowledged; false: keep serving status until SIGINT/SIGTERM (GET /v1/status says "
+        "which batches it still waits for in 'ends')",
+    )
+    max_header_bytes: int = Field(
+        default=16 * 1024, ge=1024, le=1 << 20, description="largest request line + headers the "
+        "HTTP parser buffers, before authentication (larger: 431/400, connection closed)",
+    )
+    max_body_bytes: int = Field(
+        default=1 << 20, ge=1024, description="largest request body, refused with 413 before "
+        "authentication (the routes take small JSON)",
     )
 
 
@@ -79,6 +88,8 @@ def load_service_config(path: Path | None = None, overrides: dict[str, Any] | No
     """The embedded collect default, or ``path`` (a collect TOML with an optional
     ``[service]`` table); then dotted ``overrides``."""
     data, source = read_toml(path, default_text=default_config_text(), default_name="collect.toml")
+    if path is None:
+        data = drop_embedded_selection(data, overrides or {})
     data = apply_overrides(data, overrides or {}, origins)
     return validate(ServeCollectorConfig, data, source=source, overrides=overrides, origins=origins)
 
@@ -91,10 +102,13 @@ def resolve_token(cfg: ServiceSection, environ: dict[str, str] | None = None) ->
         token, where, fld = cfg.token.get_secret_value(), "service.token", "service.token"
     elif cfg.token_file is not None:
         try:
-            token = Path(cfg.token_file).read_text().strip()
+            token = Path(cfg.token_file).read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ConfigError(f"unreadable token file ({exc.strerror})", file=cfg.token_file,
                               field="service.token_file") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"the token file is not UTF-8 text (byte {exc.start})",
+                              file=cfg.token_file, field="service.token_file") from exc
         where, fld = f"the token file {cfg.token_file}", "service.token_file"
     else:
         token, where, fld = env.get(cfg.token_env, "").strip(), f"${cfg.token_env}", "service.token_env"

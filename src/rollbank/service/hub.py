@@ -31,6 +31,8 @@ from rollbank.errors import ServiceError, rollbank_error_in
 from rollbank.service.leases import BatchLeases, Lease
 
 State = Literal["starting", "collecting", "finished", "failed", "stopping"]
+#: The largest weight version: the batch schema's ``policy_versions`` column is int32.
+MAX_WEIGHT_VERSION = 2**31 - 1
 #: apply(version, checkpoint) -> details of the publication (JSON-able)
 ApplyVersion = Callable[[int, str | None, bool], Awaitable[dict[str, Any]]]  # version, path, lora
 
@@ -51,14 +53,16 @@ class VersionRecord:
     detail: dict[str, Any]
     announced_s: float  # since the service started
     lora: bool = False
+    corrected_from: int | None = None  # a correction: the (wrong) version it replaced
 
 
 class CollectorHub:
     """Batches written by the collection, leased to the trainer; versions; status."""
 
     def __init__(self, leases: BatchLeases, *, run_id: str, max_unacked: int, clock: Clock,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, exit_when_done: bool = True) -> None:
         self.leases = leases
+        self.exit_when_done = exit_when_done
         self.run_id = run_id
         self.max_unacked = max_unacked
         self.clock = clock
@@ -100,7 +104,8 @@ class CollectorHub:
     async def stop(self) -> None:
         """The service is shutting down: long polls return (the collection is cancelled)."""
         async with self._changed:
-            self.state = "stopping"
+            if not (self.state == "finished" and self.leases.all_acked):  # else: a clean end
+                self.state = "stopping"
             self._changed.notify_all()
 
     async def wait_all_acked(self) -> None:
@@ -145,6 +150,13 @@ class CollectorHub:
             self._changed.notify_all()  # back-pressure may let go; done may become true
             return fresh
 
+    async def cancel(self, index: int, lease_id: str) -> None:
+        """The hand-out reached nobody (the client disconnected): ready again at once."""
+        async with self._changed:
+            self.leases.cancel(index, lease_id)
+            self.refresh_gauges()
+            self._changed.notify_all()
+
     async def release(self, index: int, lease_id: str) -> None:
         async with self._changed:
             self.leases.release(index, lease_id)
@@ -152,19 +164,25 @@ class CollectorHub:
             self._changed.notify_all()
 
     async def announce(self, version: int, checkpoint: str | None, *,
-                       lora: bool = False) -> VersionRecord:
-        """Apply ``version``: 409 if not newer than the current one, 503 before the planes
-        are open or after the collection ended."""
+                       lora: bool = False, correct: bool = False) -> VersionRecord:
+        """Apply ``version``: 422 outside 1..:data:`MAX_WEIGHT_VERSION`, 409 if not newer than
+        the current one (unless ``correct``: it replaces a wrongly announced current version),
+        503 before the planes are open or after the collection ended."""
+        if not 1 <= version <= MAX_WEIGHT_VERSION:
+            raise ServiceError(f"version {version} is outside 1..{MAX_WEIGHT_VERSION} (the "
+                               "batches' policy_versions column is int32)", status=422)
         async with self._announcing:
-            if version <= self.version:
+            if version <= self.version and not correct:
                 raise ServiceError(f"version {version} is not newer than the current version "
-                                   f"{self.version}", status=409)
+                                   f"{self.version} (announce with \"correct\": true to replace "
+                                   "a wrongly announced version)", status=409)
             if self._apply is None or self.state != "collecting":
                 raise ServiceError(f"the collection is {self.state}: no engine to apply "
                                    f"version {version} to", status=503)
             detail = await self._apply(version, checkpoint, lora)
             rec = VersionRecord(version, checkpoint, checkpoint is not None, detail,
-                                self.clock.now() - self._t0, lora)
+                                self.clock.now() - self._t0, lora,
+                                self.version if correct else None)
             self.version = version
             self.versions.append(rec)
             self.refresh_gauges()
@@ -174,8 +192,22 @@ class CollectorHub:
         c = self.leases.counts()
         return {"run_id": self.run_id, "state": self.state, "error": self.error,
                 "output": self.output, "version": self.version,
-                "batches": c, "in_flight": c["leased"],
+                "batches": c, "in_flight": c["leased"], "ends": self.ends(),
                 "uptime_s": self.clock.now() - self._t0, "wall_clock": time.time()}
+
+    def ends(self) -> str:
+        """When the service will exit, in words (status ``ends``)."""
+        if self.state in ("starting", "collecting"):
+            return "after the collection ends (or on SIGINT/SIGTERM)"
+        if self.state != "finished":
+            return f"now: the collection is {self.state}"
+        if not self.exit_when_done:
+            return ("keeps serving until SIGINT/SIGTERM (service.exit_when_done = false)")
+        pending = self.leases.unacknowledged()
+        if not pending:
+            return "now: every batch is acknowledged"
+        return (f"once batch(es) {', '.join(map(str, pending))} are acknowledged "
+                "(or on SIGINT/SIGTERM)")
 
     def refresh_gauges(self) -> None:
         if self._gauges is not None:

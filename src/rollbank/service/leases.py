@@ -20,6 +20,9 @@ Choices
   ack of the same lease is answered ``already`` (HTTP retries are safe).
 - Expiry is applied lazily, whenever the machine is asked (lease, ack, counts), so the
   result does not depend on when a driver happened to tick.
+- A hand-out that reached nobody (the long poll's client disconnected before the answer) is
+  undone by :meth:`BatchLeases.cancel`: the batch is ready again at once, as if the lease had
+  never been granted (no redelivery, no expiry, the previous lease still acknowledgeable).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class _Entry:
     state: BatchState = BatchState.READY
     lease: Lease | None = None  # the latest lease (kept after expiry to accept a late ack)
     deliveries: int = 0
+    previous: Lease | None = None  # the lease before the latest (restored by cancel)
 
 
 class BatchLeases:
@@ -90,6 +94,7 @@ class BatchLeases:
         if e.deliveries > 1:
             self.redeliveries += 1
         e.state = BatchState.LEASED
+        e.previous = e.lease
         e.lease = Lease(e.index, f"{e.index}-{e.deliveries}-{self._issued}", e.path,
                         self.clock.now() + self.lease_s, e.deliveries)
         return e.lease
@@ -112,6 +117,19 @@ class BatchLeases:
             self.released += 1
         e.state = BatchState.READY
         e.lease = None
+
+    def cancel(self, index: int, lease_id: str) -> None:
+        """Undo the hand-out ``lease_id`` that reached nobody: the batch is ready again at
+        once and the hand-out is not counted (no-op if it is no longer the running lease)."""
+        e = self._entries.get(index)
+        if e is None or e.lease is None or e.lease.lease_id != lease_id \
+                or e.state is not BatchState.LEASED:
+            return
+        if e.deliveries > 1:
+            self.redeliveries -= 1
+        e.deliveries -= 1
+        e.state = BatchState.READY
+        e.lease, e.previous = e.previous, None
 
     def _checked(self, index: int, lease_id: str) -> _Entry:
         self._expire()
@@ -155,6 +173,10 @@ class BatchLeases:
                 "unacked": len(self._entries) - by[BatchState.ACKED],
                 "redeliveries": self.redeliveries, "expired": self.expired,
                 "released": self.released}
+
+    def unacknowledged(self) -> list[int]:
+        """Indices of written batches not acknowledged yet, lowest first."""
+        return sorted(e.index for e in self._entries.values() if e.state is not BatchState.ACKED)
 
     @property
     def unacked(self) -> int:

@@ -8,10 +8,12 @@ its batch consumer. ``<output>/service.json`` names the bound URL, run id and pi
 
 Ends
 - SIGINT/SIGTERM: long polls are answered 410, the HTTP server drains, the collection is
-  cancelled (every sandbox and server released); exit 0.
+  cancelled (every sandbox and server released); exit 130 (SIGINT) or 143 (SIGTERM), as
+  every command.
 - The collection fails: its error ends the command (exit 1, or 3 for bad input) after the
   HTTP server drained (long polls are answered 410 with the error first).
-- ``service.exit_when_done``: once the collection finished and every batch is acknowledged.
+- ``service.exit_when_done`` (default): once the collection finished and every batch is
+  acknowledged, exit 0; status ``ends`` says which batches it still waits for.
 Written batches stay on disk whatever happens; lease state lives in memory only.
 """
 
@@ -26,23 +28,23 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rollbank.batching.batch import Batch
-from rollbank.clock import MonotonicClock
+from rollbank.clock import Clock, MonotonicClock
 from rollbank.collector import check_output_folder, collect, enter_concurrently
 from rollbank.errors import ConfigError, PublicationError, ServiceError
 from rollbank.extras import require
-from rollbank.inference.publish import WeightPublisher
-from rollbank.inference.publishing.lora import LoraPublisher, routed_lora_publisher
-from rollbank.inference.publishing.protocol import PLAN_TO_PAUSE, WeightUpdate
+from rollbank.inference.publishing.checkpoint import CheckpointPublisher
+from rollbank.inference.publishing.lora import LoraPublisher, adapter_name, routed_lora_publisher
+from rollbank.inference.publishing.protocol import WeightUpdate
 from rollbank.inference_plane import InferencePlane, open_inference
 from rollbank.routing.factory import router_from_config
 from rollbank.service.app import build_app
 from rollbank.service.config import ServeCollectorConfig, resolve_token
 from rollbank.service.hub import CollectorHub
 from rollbank.service.leases import BatchLeases
-from rollbank.signals import stop_on_signals
+from rollbank.signals import stop_on_signals_with
 from rollbank.task_selection import select_tasks, tasks_to_prepare
 from rollbank.tasks.model import Task
 
@@ -65,8 +67,20 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def http_config(app: Any, svc: Any) -> Any:
+    """The uvicorn configuration: the h11 parser with its incomplete-event limit, so request
+    headers are bounded (``service.max_header_bytes``) before anything reads them (httptools,
+    uvicorn's default when installed, buffers headers without a limit)."""
+    import uvicorn
+
+    return uvicorn.Config(app, log_level="warning", lifespan="off", http="h11",
+                          h11_max_incomplete_event_size=svc.max_header_bytes,
+                          timeout_graceful_shutdown=10)
+
+
 def serve_collector(config: ServeCollectorConfig, *, say: Say) -> dict[str, Any]:
-    """Serve ``config``'s collection until it ends as the module doc says; the final status.
+    """Serve ``config``'s collection until it ends as the module doc says; the final status
+    (``signal``: the signal number that stopped it, when one did).
 
     Everything that can refuse (token, output folder, tasks, address) is checked before the
     event loop starts."""
@@ -97,20 +111,27 @@ async def _serve(config: ServeCollectorConfig, tasks: list[Task], token: str, so
     clock = MonotonicClock()
     prom = PrometheusSink()  # collection metrics; the hub adds its gauges to the same registry
     hub = CollectorHub(BatchLeases(clock, lease_s=svc.lease_s), run_id=uuid.uuid4().hex,
-                       max_unacked=svc.max_unacked_batches, clock=clock, registry=prom.registry)
-    app = build_app(hub, token=token, registry=prom.registry, max_poll_s=svc.max_poll_s)
+                       max_unacked=svc.max_unacked_batches, clock=clock, registry=prom.registry,
+                       exit_when_done=svc.exit_when_done)
+    app = build_app(hub, token=token, registry=prom.registry, max_poll_s=svc.max_poll_s,
+                    max_body_bytes=svc.max_body_bytes)
     info = {"url": url, "run_id": hub.run_id, "output": str(out), "pid": os.getpid()}
     await asyncio.to_thread(_write_info, out, info)
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
-        def capture_signals(self) -> Any:  # ours below: a stop is a normal end (exit 0)
+        def capture_signals(self) -> Any:  # ours below: drain, release, then exit 130/143
             yield
 
-    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                    timeout_graceful_shutdown=10))
+    server = _Server(http_config(app, svc))
     stopped = asyncio.Event()
-    undo = stop_on_signals(stopped.set)
+    signals: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        signals.append(signum)
+        stopped.set()
+
+    undo = stop_on_signals_with(on_signal)
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="rollbank-service-http")
     say(json.dumps({"service": url, "run_id": hub.run_id, "output": str(out)}))
     collecting = asyncio.create_task(_collection(config, tasks, hub, prom, say),
@@ -129,10 +150,10 @@ async def _serve(config: ServeCollectorConfig, tasks: list[Task], token: str, so
         await asyncio.gather(serving, collecting, return_exceptions=True)
     if failure is not None:
         raise failure
-    return hub.status()
+    return {**hub.status(), "signal": signals[0] if signals else None}
 
 
-def lora_publisher(plane: InferencePlane, publisher: WeightPublisher,
+def lora_publisher(plane: InferencePlane, publisher: CheckpointPublisher,
                    config: ServeCollectorConfig) -> Callable[[], LoraPublisher]:
     """The LoRA publisher for announced adapter versions, made on first use
     (``routed_lora_publisher``: every engine loads the adapter as ``policy-v<version>``; inside
@@ -145,12 +166,26 @@ def lora_publisher(plane: InferencePlane, publisher: WeightPublisher,
         if not made:
             managed = config.inference.managed
             made.append(routed_lora_publisher(
-                list(plane.clients.values()), plan=config.service.inflight, gate=publisher.gate,
+                list(plane.clients.values()), plan=config.service.inflight, gate=publisher.fleet.gate,
                 field="inference",
                 max_rank=managed.max_lora_rank if config.inference.kind == "managed" else None))
         return made[0]
 
     return get
+
+
+def checkpoint_publisher(plane: InferencePlane, config: ServeCollectorConfig,
+                         clock: Clock) -> CheckpointPublisher:
+    """The publisher of announced full checkpoints: the publication seam's checkpoint pattern
+    (names and shapes checked against the served model before any pause, rollback of every
+    engine on a failed reload). Blocking (may fetch the model folder): run it in a thread."""
+    from rollbank.inference.models import ensure_model
+
+    inf = config.inference
+    name = inf.managed.model if inf.kind == "managed" else inf.tokenizer if inf.kind == "external" else None
+    model_dir = None if name is None else ensure_model(name)  # fake servers: no model folder
+    return CheckpointPublisher(list(cast(Any, plane.clients.values())), model_dir,
+                               plan=config.service.inflight, clock=clock)
 
 
 def _append_line(path: Path, record: dict[str, Any]) -> None:
@@ -201,8 +236,7 @@ async def _collection(config: ServeCollectorConfig, tasks: list[Task], hub: Coll
                 open_sandboxes(config.sandbox, tasks, prepare=tasks_to_prepare(config, tasks)))
             servers = list(plane.clients)
             router = router_from_config(config.router, servers, clock)
-            publisher = WeightPublisher(list(plane.clients.values()), clock=clock,
-                                        pause_mode=PLAN_TO_PAUSE[config.service.inflight])
+            publisher = await asyncio.to_thread(checkpoint_publisher, plane, config, clock)
 
             adapters = lora_publisher(plane, publisher, config)
 
@@ -220,16 +254,17 @@ async def _collection(config: ServeCollectorConfig, tasks: list[Task], hub: Coll
                         raise ServiceError(f"LoRA version {version} from {checkpoint} failed: "
                                            f"{exc}", status=502) from exc
                     detail.update(rec.to_dict())
+                    if plane.remember_adapter is not None:  # a restarted server loads it again
+                        plane.remember_adapter(adapter_name(version), checkpoint, version)
                 elif checkpoint is not None:
                     try:
-                        report = await publisher.publish(checkpoint, version=version)
-                    except PublicationError as exc:
+                        rec = await publisher.publish(WeightUpdate(path=checkpoint), version=version)
+                    except PublicationError as exc:  # refused before the pause, or rolled back
                         raise ServiceError(f"publication of version {version} failed: {exc}",
                                            status=502) from exc
-                    except Exception as exc:  # an engine refused the reload
-                        raise ServiceError(f"hot-loading {checkpoint} as version {version} "
-                                           f"failed: {exc}", status=502) from exc
-                    detail.update(report.to_dict())
+                    detail.update(rec.to_dict())
+                    if plane.remember_weights is not None:  # what a restarted server re-applies
+                        plane.remember_weights(checkpoint, version)
                 for server in servers:  # prefix-affinity beliefs are void after a weight change
                     router.on_weight_version(server, version)
                 record = {"version": version, "checkpoint": checkpoint, "lora": lora, "at_s": clock.now(),

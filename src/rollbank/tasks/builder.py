@@ -6,8 +6,10 @@ Owns: interpreting the instructions of :mod:`rollbank.tasks.dockerfile` over a b
 ``<cache>/layers/<key>``.
 
 Semantics (what each instruction does here)
-- FROM: mapped to a Debian base (:mod:`rollbank.tasks.bases`), approximations reported;
-  ``--platform`` ignored. Multi-stage: every ``FROM [AS name]`` starts a stage (from a base, or
+- FROM: pulled as published when a configured registry serves the reference
+  (:mod:`rollbank.tasks.oci`: the image's rootfs is the base layer, its USER, WORKDIR, ENV,
+  ENTRYPOINT and CMD the stage's start), else mapped to a Debian base
+  (:mod:`rollbank.tasks.bases`), approximations reported; ``--platform`` ignored. Multi-stage: every ``FROM [AS name]`` starts a stage (from a base, or
   from an earlier stage by name); ``COPY --from=<name|index>`` copies from an earlier stage
   (mounted read-only in the build sandbox); the last stage is the environment. The build
   timeout covers all stages.
@@ -18,7 +20,8 @@ Semantics (what each instruction does here)
   (``mkdir -p``), COPY and ADD (local files, see :mod:`rollbank.tasks.copystep`): each one
   layer.
 - ENV, ARG (defaults; no build-args), USER (later RUN steps run through ``runuser``), SHELL:
-  change state only. LABEL, EXPOSE, CMD, ENTRYPOINT, STOPSIGNAL, HEALTHCHECK, VOLUME,
+  change state only. CMD, ENTRYPOINT (an ENTRYPOINT resets the base's CMD): kept in
+  ``BuiltEnvironment.entrypoint``/``cmd``. LABEL, EXPOSE, STOPSIGNAL, HEALTHCHECK, VOLUME,
   MAINTAINER, ONBUILD: recorded in ``BuiltEnvironment.notes``, no effect.
 - Errors (BuildError naming Dockerfile and line): ``COPY --from`` an image, ADD of a URL,
   unknown flags, sources missing or escaping the context, failing or timed-out RUN steps.
@@ -48,7 +51,7 @@ from pathlib import Path
 
 from rollbank.config import cache_dir
 from rollbank.errors import BuildError
-from rollbank.tasks import bases, buildsandbox, copystep, shims
+from rollbank.tasks import bases, buildah, buildsandbox, copystep, oci, shims
 from rollbank.tasks import dockerfile as df
 from rollbank.tasks.config import BuilderConfig
 from rollbank.tasks.model import Task
@@ -74,6 +77,14 @@ class BuiltEnvironment:
     notes: tuple[str, ...] = ()
     steps_built: int = 0
     pinned_digests: tuple[str, ...] = ()  # @sha256 digests the FROM lines pinned (recorded, not pulled)
+    pulled: tuple[str, ...] = ()  # docker://<registry>/<repo>@<digest> of each base pulled as published
+    entrypoint: tuple[str, ...] = ()  # the image's ENTRYPOINT (pulled base, then the Dockerfile's)
+    cmd: tuple[str, ...] = ()  # the image's CMD (reset by an ENTRYPOINT, as Docker does)
+    builder: str = "interpreter"  # who ran the Dockerfile: "buildah" or rollbank's "interpreter"
+
+    def start_command(self, command: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """What ``docker run IMAGE [command...]`` runs: ENTRYPOINT + (command or CMD)."""
+        return (*self.entrypoint, *(self.cmd if command is None else command))
 
 
 @dataclass
@@ -93,6 +104,8 @@ class _State:
     run_s: float = 0.0
     name: str | None = None  # the stage's ``AS`` name
     base: bases.BaseImage | None = None
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
 
 
 class EnvironmentBuilder:
@@ -103,6 +116,7 @@ class EnvironmentBuilder:
         root = Path(self.config.cache_root) if self.config.cache_root else cache_dir() / "layers"
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
+        self._images = oci.ImageStore(Path(self.config.images_root) if self.config.images_root else None)
         self._reap()
 
     def _reap(self) -> None:
@@ -137,7 +151,8 @@ class EnvironmentBuilder:
         if task.dockerfile is not None and task.docker_image:
             approximations.append(f"docker_image {task.docker_image!r} ignored: built from the Dockerfile")
         deadline = task.build_timeout_s
-        for ins in instructions:
+        st, chosen, why, pinned = self._buildah(task, instructions, file, deadline)
+        for ins in instructions if st is None else ():
             if ins.keyword == "FROM":
                 if st is not None:  # the previous stage is complete: COPY --from and FROM may name it
                     stages[str(len(stages))] = st
@@ -153,6 +168,8 @@ class EnvironmentBuilder:
                 raise BuildError(f"{ins.keyword} before FROM", file=file, line=ins.line)
             self._step(task, st, ins, deadline, stages)
         assert st is not None and st.base is not None
+        if why:
+            st.notes.append(f"built by rollbank's own interpreter, not buildah: {why}")
         if st.base.needs_kit:
             kit = df.Instruction("RUN", bases.VERIFIER_KIT, 0, (), bases.VERIFIER_KIT)
             self._layer(task, st, kit, ["/bin/sh", "-c", bases.VERIFIER_KIT], {"kit": bases.VERIFIER_KIT},
@@ -169,12 +186,40 @@ class EnvironmentBuilder:
         env = {**st.env, **task.env}
         pins = tuple(dict.fromkeys(s.base.pinned_digest for s in [*stages.values(), st]
                                    if s.base is not None and s.base.pinned_digest))
+        pulled = pinned or tuple(dict.fromkeys(s.base.pulled for s in [*stages.values(), st]
+                                               if s.base is not None and s.base.pulled))
         return BuiltEnvironment(
             task_id=task.task_id, layers=tuple(st.layers), workdir=st.workdir, env=env,
             layer_hashes=tuple(st.hashes), approximations=tuple(dict.fromkeys(approximations)),
             base_image=st.base.image, build_s=time.monotonic() - start, cached=st.built == 0,
             user=st.user, notes=tuple(st.notes), steps_built=st.built, pinned_digests=pins,
+            pulled=pulled, entrypoint=st.entrypoint, cmd=st.cmd, builder=chosen,
         )
+
+    def _buildah(self, task: Task, instructions: list[df.Instruction], file: Path,
+                 deadline: float) -> tuple[_State | None, str, str, tuple[str, ...]]:
+        """(the last stage, "buildah", "", the pinned bases) when buildah
+        (:mod:`rollbank.tasks.buildah`) built the Dockerfile, else (None, "interpreter", why, ())."""
+        if task.dockerfile is None:
+            return None, "interpreter", "", ()
+        plan, why = buildah.plan(instructions, file.read_text(), self.config, self._images, file=file)
+        if plan is None:
+            if self.config.builder == "buildah":
+                raise BuildError(f"[builder] builder = buildah, but buildah cannot build this: {why}", file=file)
+            return None, "interpreter", why, ()
+        try:
+            res = buildah.build(plan, context=task.context_dir, content_hash=task.content_hash,
+                                layers_root=self.root, timeout_s=deadline, store=self._images)
+        except BuildError as exc:
+            raise BuildError(str(exc), file=file) from exc
+        cfg = res.config
+        froms = ", ".join(p.removeprefix("docker://") for p in plan.pinned) or "scratch"
+        base = bases.BaseImage(froms, "buildah", res.rootfs, res.key, (), env=dict(cfg.env), config=cfg)
+        st = _State(file, res.key, [res.rootfs], [res.key], env={"PATH": DEFAULT_PATH, **cfg.env},
+                    workdir=cfg.workdir or "/", user=cfg.user, base=base, entrypoint=cfg.entrypoint,
+                    cmd=cfg.cmd, built=0 if res.cached else 1)
+        st.notes.append(f"built by {buildah.version()} (bud --isolation chroot), bases {froms}")
+        return st, "buildah", "", plan.pinned
 
     def _start_stage(self, task: Task, ins: df.Instruction, pre_args: dict[str, str], file: Path,
                      stages: dict[str, _State], prev: _State | None, approximations: list[str],
@@ -192,15 +237,18 @@ class EnvironmentBuilder:
             st = dataclasses.replace(parent, layers=list(parent.layers), hashes=list(parent.hashes),
                                      env=dict(parent.env), args={}, global_args=dict(pre_args), name=alias)
         else:
-            base = bases.ensure_base(words[0], file=file, line=ins.line)
+            base = bases.base_for(words[0], self.config, file=file, line=ins.line, store=self._images)
             approximations += base.approximations
             st = _State(file, base.digest, [base.path], [base.digest], global_args=dict(pre_args),
                         env={"PATH": DEFAULT_PATH, **base.env}, name=alias, base=base)
+            if base.config is not None:  # a pulled image: its config is the stage's start
+                st.workdir, st.user = base.config.workdir or "/", base.config.user
+                st.entrypoint, st.cmd = base.config.entrypoint, base.config.cmd
         if prev is not None:  # one budget, one step count and one list of notes for the build
             st.run_s, st.built, st.notes = prev.run_s, prev.built, prev.notes
         if parent is not None:
             return st
-        if PYTHON_IMAGE.search(words[0]):
+        if PYTHON_IMAGE.search(words[0]) and st.base is not None and st.base.config is None:
             # python:* images have `python` and `pip`; Debian has python3/pip3 only.
             compat = "ln -sf /usr/bin/python3 /usr/local/bin/python && ln -sf /usr/bin/pip3 /usr/local/bin/pip"
             self._layer(task, st, df.Instruction("RUN", compat, 0, (), compat),
@@ -232,6 +280,14 @@ class EnvironmentBuilder:
             if not shell:
                 raise BuildError("SHELL needs the JSON exec form", file=file, line=line)
             st.shell = shell
+        elif kw in ("CMD", "ENTRYPOINT"):
+            argv = ins.exec_form()
+            words = tuple(argv) if argv is not None else (*st.shell, ins.rest.strip())
+            if kw == "CMD":
+                st.cmd = words
+            else:  # Docker: an ENTRYPOINT resets the CMD inherited from the base
+                st.entrypoint, st.cmd = words, ()
+            st.notes.append(f"line {line}: {kw} {ins.args[:80]} kept as the image's {kw.lower()} (not run)")
         elif kw in df.RECORDED:
             st.notes.append(f"line {line}: {kw} {ins.args[:80]} recorded, not applied")
         elif kw == "WORKDIR":

@@ -23,21 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field
 
-from rollbank.config import Section
 from rollbank.errors import TaskError
+from rollbank.tasks.config import LoaderConfig
 
 MAX_NUMBER = 1e12  # timeouts, sizes, cpus: larger is a typo (and int() of it stays exact)
 IGNORED_NAMES = frozenset({".git", "__pycache__", ".pytest_cache", ".DS_Store"})
-
-
-class LoaderConfig(Section):
-    """Limits the task loaders enforce."""
-
-    max_file_mb: float = Field(default=50.0, gt=0, description="Largest single file allowed in a task folder (MiB).")
-    max_total_mb: float = Field(default=500.0, gt=0, description="Largest total size of a task folder (MiB).")
-    max_text_kb: int = Field(default=1024, gt=0, description="Largest instruction / task.toml / task.yaml (KiB).")
 
 
 def scan(root: Path, config: LoaderConfig) -> str:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from rollbank.errors import TaskError
 from rollbank.tasks import folder, harbor_steps
-from rollbank.tasks.folder import Fields, LoaderConfig
+from rollbank.tasks.config import LoaderConfig
+from rollbank.tasks.folder import Fields
 from rollbank.tasks.model import Task, TaskFormat
 
 KNOWN_TOP = {"version", "schema_version", "metadata", "agent", "verifier", "environment", "solution", "source",

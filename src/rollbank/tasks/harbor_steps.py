@@ -23,7 +23,8 @@ from typing import Any
 
 from rollbank.errors import TaskError
 from rollbank.tasks import folder
-from rollbank.tasks.folder import Fields, LoaderConfig
+from rollbank.tasks.config import LoaderConfig
+from rollbank.tasks.folder import Fields
 from rollbank.tasks.model import MinReward, TaskStep
 
 STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

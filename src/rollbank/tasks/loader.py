@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rollbank.errors import InputError, TaskError
 from rollbank.tasks import harbor, tbench
-from rollbank.tasks.folder import LoaderConfig
+from rollbank.tasks.config import LoaderConfig
 from rollbank.tasks.model import Task
 
 SUITES_DIR = Path(__file__).parent / "suites"

@@ -31,7 +31,8 @@ import yaml
 from rollbank.config import cache_dir
 from rollbank.errors import TaskError
 from rollbank.tasks import folder
-from rollbank.tasks.folder import Fields, LoaderConfig
+from rollbank.tasks.config import LoaderConfig
+from rollbank.tasks.folder import Fields
 from rollbank.tasks.model import Task, TaskFormat
 
 KNOWN = {"instruction", "descriptions", "author_name", "author_email", "difficulty", "category",

@@ -11,7 +11,7 @@ Layout under a run's ``weights/`` root::
 Invariants
 - A ``vNNNNNN`` directory is complete whenever it exists: it is written as a hidden temporary
   directory, every file and the directory are fsync'd, then it is renamed into place in one
-  step and the root is fsync'd. A version is written at most once.
+  step and the root is fsync'd (:func:`rollbank.atomic.write_dir`). A version is written at most once.
 - ``rollbank_weights.json`` says what the directory holds (``kind`` = ``full`` | ``lora``,
   the version, the base model for a LoRA adapter) so a loader need not guess.
 """
@@ -24,6 +24,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rollbank.atomic import StepHook, fsync_path, write_dir
 
 META_NAME = "rollbank_weights.json"
 LATEST_NAME = "LATEST"
@@ -39,21 +41,6 @@ def version_dir_name(version: int) -> str:
     return f"v{version:06d}"
 
 
-def _fsync(path: Path, *, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            _fsync(Path(dirpath) / name)
-        _fsync(Path(dirpath), directory=True)
-
-
 def copy_tokenizer(src: Path, dst: Path) -> None:
     """Copy the tokenizer files of a model folder (those that exist) into ``dst``."""
     for name in TOKENIZER_FILES:
@@ -62,31 +49,24 @@ def copy_tokenizer(src: Path, dst: Path) -> None:
 
 
 def write_version(
-    root: Path, version: int, write: Callable[[Path], object], meta: dict[str, Any]
+    root: Path, version: int, write: Callable[[Path], object], meta: dict[str, Any],
+    *, step: StepHook | None = None,
 ) -> Path:
     """Run ``write(tmp_dir)`` and publish ``tmp_dir`` as ``root/vNNNNNN`` atomically."""
-    root.mkdir(parents=True, exist_ok=True)
     final = root / version_dir_name(version)
     if final.exists():
         raise FileExistsError(f"{final} already exists; a weight version is written once")
-    tmp = root / f".{final.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+
+    def fill(tmp: Path) -> None:
         write(tmp)
         (tmp / META_NAME).write_text(json.dumps({"version": version, **meta}, indent=2, sort_keys=True))
-        _fsync_tree(tmp)
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _fsync(root, directory=True)
+
+    write_dir(final, fill, step=step)
     latest_tmp = root / f".{LATEST_NAME}.tmp-{os.getpid()}"
     latest_tmp.write_text(f"{version}\n")
-    _fsync(latest_tmp)
+    fsync_path(latest_tmp)
     latest_tmp.replace(root / LATEST_NAME)
-    _fsync(root, directory=True)
+    fsync_path(root, directory=True)
     return final
 
 

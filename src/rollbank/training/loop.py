@@ -1,10 +1,10 @@
 """The training loop: batches from the collector -> trainer step -> checkpoint -> publication.
 
 Owns :class:`TrainingLoop` (the consumer the collector calls per written batch, and an
-:class:`~rollbank.scheduling.events.EventSink`), the :class:`Publisher` seam it publishes
-through and :class:`CheckpointPublisher`, its checkpoint hot-load implementation over
-:class:`~rollbank.inference.publish.WeightPublisher`. Modes and in-flight plans are described
-in :mod:`rollbank.training.loop_config`.
+:class:`~rollbank.scheduling.policy.events.EventSink`). It publishes through the one
+publication seam, :class:`rollbank.inference.publishing.protocol.Publisher` (validation before
+the pause, the safe order, rollback; ``training/loop_publish.py`` builds the pattern the config
+names). Modes and in-flight plans are described in :mod:`rollbank.training.loop_config`.
 
 Versions: the engines start at version 0 (the initial weights); optimizer step ``k`` produces
 version ``k``. A batch's *policy age* is ``trainer version - oldest token version`` in it,
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,36 +37,13 @@ from rollbank.batching.batch import Batch
 from rollbank.batching.loader import TensorBatch, read_batch_dir, table_to_tensors
 from rollbank.clock import Clock, MonotonicClock
 from rollbank.inference.protocol import AdmissionGate
-from rollbank.inference.publish import WeightPublisher
+from rollbank.inference.publishing.protocol import Publisher, update_of
 from rollbank.routing.router import Router
-from rollbank.scheduling.events import BatchEvent, Event, EventKind
+from rollbank.scheduling.policy.events import BatchEvent, Event, EventKind
 from rollbank.training.loop_config import LoopSettings
-from rollbank.training.loop_metrics import progress_line
-
-
-@dataclass(frozen=True)
-class Publication:
-    """One publication: ``apply_pause_s`` = how long generation was stopped."""
-
-    version: int
-    apply_pause_s: float
-    detail: dict[str, Any] = field(default_factory=dict)
-
+from rollbank.training.loop_metrics import gate_record, progress_line
 
 Weights = Path | Mapping[str, Any]  # a saved version directory, or tensors (name -> tensor)
-
-
-class Publisher(Protocol):
-    """Makes every engine serve ``weights`` as ``version``.
-
-    ``wants_tensors``: False -> ``weights`` is the saved version directory (checkpoint
-    hot-load); True -> a copy of the trainer's tensors (direct transfer, colocated), and the
-    checkpoint is written after the publication, off its critical path.
-    """
-
-    wants_tensors: bool
-
-    async def publish(self, version: int, weights: Weights) -> Publication: ...
 
 
 class StepTrainer(Protocol):
@@ -80,21 +56,6 @@ class StepTrainer(Protocol):
     def tensors(self) -> Mapping[str, Any]:
         """A copy of the weights to publish (training may go on while they are sent)."""
         ...
-
-
-class CheckpointPublisher:
-    """Checkpoint hot-load: every engine reloads the saved directory (``WeightPublisher``)."""
-
-    wants_tensors = False
-
-    def __init__(self, inner: WeightPublisher) -> None:
-        self.inner = inner
-
-    async def publish(self, version: int, weights: Weights) -> Publication:
-        if not isinstance(weights, Path):
-            raise TypeError("checkpoint publication hot-loads a saved directory, not tensors")
-        report = await self.inner.publish(str(weights), version=version)
-        return Publication(version, report.apply_pause_s, report.to_dict())
 
 
 def batch_versions(batch: TensorBatch) -> dict[int, int]:
@@ -201,6 +162,7 @@ class TrainingLoop:
             "policy_age": age, "versions": {str(v): n for v, n in versions.items()},
             "reward_mean": float(tensors.rewards.mean().item()) if rows else 0.0,
             "trajectories": rows, "received_s": t_in - self._t0,
+            "gate": gate_record(batch.staleness),
         }
         if s.mode == "async" and age > s.max_lag:
             rec.update(kind="stale", dropped=True)
@@ -245,7 +207,11 @@ class TrainingLoop:
 
     # ------------------------------------------------------------ publication
     async def _publish(self, version: int, weights: Weights, ready_at: float) -> dict[str, Any]:
-        pub = await self.publisher.publish(version, weights)
+        """Publish and record: ``publication_s`` on the loop's clock (trainer step done -> every
+        engine serving ``version``, queueing behind an earlier publication included) apart from
+        ``apply_pause_s`` (generation stopped); ``detail`` = the publisher's own record."""
+        update = update_of(weights, lora=self.publisher.pattern == "lora")
+        pub = await self.publisher.publish(update, version=version)
         serving = self.clock.now()
         self.published = version
         self._remember_served()
@@ -255,7 +221,7 @@ class TrainingLoop:
                 self.router.on_weight_version(server, version)
         rec = {"kind": "publication", "version": version, "publication_s": serving - ready_at,
                "apply_pause_s": pub.apply_pause_s, "serving_s": serving - self._t0,
-               "detail": pub.detail}
+               "pattern": pub.pattern, "detail": pub.to_dict()}
         self.publications.append(rec)
         self._record(rec)
         async with self._changed:

@@ -15,6 +15,11 @@ Modes (``loop.mode``)
   trainer starts step ``v`` only once the engines serve at least ``v - max_lag``, and a batch
   whose oldest token is more than ``max_lag`` versions behind the trainer is not trained on
   (dropped and recorded as stale: requests admitted before the gate closed, carried stragglers).
+  The divergence gate in collection (``collect.staleness.collection``, docs/staleness.md) is
+  on by default here: every complete group is scored by the engine at the version it serves
+  and admitted, down-weighted or re-run by measured divergence (:func:`gate_default`); its
+  decisions are in ``train.jsonl`` (``gate`` of each step) and the report.
+  In ``sync`` it is off by default (nothing to decide).
 
 In-flight plan at an update (``loop.inflight``; the engine's pause mode):
 - ``finish`` (pause mode ``wait``): running requests finish, then the swap; agents wait at the
@@ -53,13 +58,6 @@ DEFAULT_CONFIG = "train.toml"
 LoopMode = Literal["sync", "async"]
 InflightPlan = Literal["finish", "abort", "pause"]
 PublisherPattern = Literal["checkpoint", "direct", "lora", "colocated"]
-COLOCATED_REFUSAL = (
-    "loop.publisher = 'colocated' is not supported by `rollbank train`: the colocated pattern "
-    "hands tensors to an engine inside the trainer's process (vllm.LLM), but the loop collects "
-    "through vLLM servers in their own processes (managed or external), which only the "
-    "'checkpoint', 'direct' and 'lora' patterns reach; measure it with "
-    "`rollbank bench publish --patterns colocated`"
-)
 PAUSE_MODE: dict[InflightPlan, PauseMode] = {"finish": "wait", "abort": "abort", "pause": "keep"}
 
 
@@ -82,10 +80,12 @@ class LoopSettings(Section):
         "'checkpoint' = the saved full version directory hot-loaded by every engine; 'direct' = "
         "the trainer's tensors over vLLM's weight-sync routes (rollbank_shm, no checkpoint on the "
         "critical path); 'lora' = the saved adapter loaded as a new adapter per version (needs "
-        "trainer.finetune = 'lora'); 'colocated' is refused (needs an in-process engine)",
+        "trainer.finetune = 'lora'); 'colocated' = no servers: one vLLM engine in the trainer's "
+        "process (collect.inference.managed's model, dtype, KV cache) gets the tensors by reference "
+        "(loop.inflight 'pause', its default here, or 'abort')",
     )
     compact: bool = Field(
-        default=True, description="direct: send only the tensors that changed since the served "
+        default=True, description="direct, colocated: send only the tensors that changed since the served "
         "version (whole fused parameters); False: every tensor every time",
     )
     cache_salt: bool = Field(
@@ -117,6 +117,21 @@ class TrainConfig(Section):
     )
     loop: LoopSettings = Field(default_factory=LoopSettings, description="modes and publication")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gate_by_mode(cls, data: Any) -> Any:
+        """The divergence gate in collection defaults to the loop's mode (see the module doc)."""
+        return gate_default(data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _colocated_plan(cls, data: Any) -> Any:
+        """The colocated engine has no 'finish' plan: ``loop.inflight`` defaults to 'pause'."""
+        loop = data.get("loop") if isinstance(data, dict) else None
+        if isinstance(loop, dict) and loop.get("publisher") == "colocated" and "inflight" not in loop:
+            return {**data, "loop": {**loop, "inflight": "pause"}}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
         inf = self.collect.inference
@@ -125,8 +140,13 @@ class TrainConfig(Section):
             raise ValueError(f"the trainer trains {self.trainer.model!r} but the engines serve "
                              f"{served!r}: they must be the same model")
         pattern = self.loop.publisher
-        if pattern == "colocated":
-            raise ValueError(COLOCATED_REFUSAL)
+        if pattern == "colocated" and inf.kind != "managed":
+            raise ValueError("loop.publisher = 'colocated' runs the engine in the trainer's process "
+                             "from collect.inference.managed (model, dtype, KV cache): it needs "
+                             "collect.inference.kind = 'managed', no other servers")
+        if pattern == "colocated" and self.loop.inflight == "finish":
+            raise ValueError("the colocated engine offers loop.inflight = 'pause' or 'abort' "
+                             "(it has no admission of its own to drain)")
         if self.trainer.finetune == "lora" and pattern != "lora":
             raise ValueError(f"the {pattern} publisher installs full weights; a LoRA policy needs "
                              "loop.publisher = 'lora' (or trainer.finetune = 'full')")
@@ -156,6 +176,32 @@ class TrainConfig(Section):
         return self
 
 
+def gate_default(data: Any) -> Any:
+    """``collect.staleness.collection.enabled`` when the config does not set it: true in
+    ``async`` mode (weights move while collecting: complete groups are scored against the
+    current policy and judged before release), false in ``sync`` (every token of a trained
+    batch is of the version being trained: the divergence is numerics only, there is nothing
+    to decide, and scoring would cost one prefill per trajectory). Inference ``kind = "fake"``
+    keeps it off (no engine can score prompt log-probs). An explicit value always wins."""
+    if not isinstance(data, dict):
+        return data
+    loop = data.get("loop", {})
+    mode = loop.mode if isinstance(loop, LoopSettings) else (loop or {}).get("mode", "sync")
+    collect = data.get("collect", {})
+    if mode != "async" or not isinstance(collect, dict):
+        return data  # sync: the field's own default (off); a built CollectConfig is explicit
+    inference = collect.get("inference", {})
+    kind = inference.get("kind", "managed") if isinstance(inference, dict) else inference.kind
+    staleness = collect.get("staleness", {})
+    if kind == "fake" or not isinstance(staleness, dict):
+        return data
+    collection = staleness.get("collection", {})
+    if not isinstance(collection, dict) or "enabled" in collection:
+        return data
+    return {**data, "collect": {**collect, "staleness": {
+        **staleness, "collection": {**collection, "enabled": True}}}}
+
+
 def default_config_text() -> str:
     return resources.files("rollbank.configs").joinpath(DEFAULT_CONFIG).read_text()
 
@@ -182,6 +228,9 @@ def load_train_config(path: Path | None = None, overrides: dict[str, Any] | None
         node[leaf] = value
     steps = data.get("loop", {}).get("steps", LoopSettings.model_fields["steps"].default)
     data.setdefault("collect", {}).setdefault("scheduler", {})["num_batches"] = steps
+    loop = data.get("loop", {})
+    if path is None and loop.get("publisher") == "colocated" and "loop.inflight" not in (overrides or {}):
+        loop["inflight"] = "pause"  # the embedded default's 'finish' is not a colocated plan
     _serve_for_pattern(data)
     return validate(TrainConfig, data, source=source)
 

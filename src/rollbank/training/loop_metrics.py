@@ -52,15 +52,36 @@ class TrainGauges:
             self.pause_s.set(record["apply_pause_s"])
 
 
+def gate_record(staleness: Any) -> dict[str, Any]:
+    """The divergence gate's decisions on one batch, for its ``train.jsonl`` step record.
+
+    ``staleness`` is the batch's :class:`~rollbank.batching.batch.StalenessColumns` (None when
+    the gate did not run in collection: ``{"enabled": false}``). Otherwise its report's counters
+    (admitted / downweighted / retried / excluded / rare_success_kept / unmeasured / groups /
+    groups_with_retry / reasons), the scorer, the version it scored at, the mean weight of the
+    kept rows and the k3 pooled over the batch's model tokens."""
+    if staleness is None:
+        return {"enabled": False}
+    report = staleness.report
+    tokens = (report.get("divergence") or {}).get("tokens") or {}
+    return {"enabled": True, **report.get("gate", {}), "scorer": report.get("scorer"),
+            "current_version": report.get("current_version"),
+            "weight_mean": report.get("weight_mean"), "k3": tokens.get("k3")}
+
+
 def progress_line(rec: dict[str, Any], total: int) -> str:
     """The plain progress line of one step record."""
     pub = rec.get("publication_s")
     tail = (f" publish {pub:.2f}s pause {rec['apply_pause_s']:.2f}s" if pub is not None
             else " publishing in background")
+    gate = rec.get("gate") or {}
+    gated = (f" gate admit {gate.get('admitted', 0)} down {gate.get('downweighted', 0)} "
+             f"retry {gate.get('retried', 0)} excl {gate.get('excluded', 0)}"
+             if gate.get("enabled") else "")
     return (f"step {rec['version']}/{total} batch {rec['batch_index']}: reward "
             f"{rec['reward_mean']:.3f} loss {rec.get('loss', 0.0):.4f} clip "
             f"{rec.get('clip_fraction', 0.0):.3f} age {rec['policy_age']} versions "
-            f"{sorted(int(v) for v in rec['versions'])} train {rec['train_s']:.2f}s{tail} "
+            f"{sorted(int(v) for v in rec['versions'])}{gated} train {rec['train_s']:.2f}s{tail} "
             f"step {rec['step_s']:.2f}s")
 
 

@@ -23,20 +23,21 @@ from typing import Any
 
 from rollbank.batching.loader import TensorBatch
 from rollbank.clock import Clock, MonotonicClock
-from rollbank.collector import CollectResult, check_output_folder, collect
+from rollbank.collector import CollectResult, check_output_folder, collect, plain_printer
 from rollbank.config import dump_resolved
 from rollbank.episodes.sources import SandboxPlane
 from rollbank.inference.protocol import AdmissionGate
-from rollbank.inference_plane import InferencePlane, open_inference
+from rollbank.inference.publishing.protocol import Publisher
+from rollbank.inference_plane import InferencePlane
 from rollbank.routing.factory import router_from_config
-from rollbank.scheduling.events import EventSink
+from rollbank.scheduling.policy.events import EventSink
 from rollbank.task_selection import select_tasks, tasks_to_prepare
 from rollbank.tasks.model import Task
 from rollbank.training.config import TrainerConfig
-from rollbank.training.loop import Publisher, StepTrainer, TrainingLoop
+from rollbank.training.loop import StepTrainer, TrainingLoop
 from rollbank.training.loop_config import TrainConfig
 from rollbank.training.loop_metrics import JsonlRecorder
-from rollbank.training.loop_publish import pattern_publisher
+from rollbank.training.loop_publish import open_train_inference, pattern_publisher
 
 PublisherFactory = Callable[[InferencePlane, AdmissionGate], Publisher]
 
@@ -148,9 +149,7 @@ async def train_with(
             await loop.finish()
         finally:
             await loop.aclose()
-            close = getattr(publisher, "aclose", None)
-            if close is not None:  # e.g. the direct pattern's /dev/shm buffers
-                await close()
+            await publisher.aclose()  # e.g. the direct pattern's /dev/shm buffers
     summary = {**loop.summary(), "setup_s": setup_s, "collection_s": result.collection_s,
                "ledger": result.ledger}
     (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
@@ -166,11 +165,20 @@ async def run_train(config: TrainConfig, *, out_dir: Path | None = None,
     check_output_folder(out)
     tasks = select_tasks(config.collect)
     t_setup = time.monotonic()
+    say = plain_printer(config.collect)  # plain lines off a terminal, as `rollbank collect`
+    if say is not None:
+        say(f"loading the trainer ({config.trainer.model}) while servers start...")
     async with contextlib.AsyncExitStack() as stack:
+        # The colocated engine is imported and built in this process: loading the trainer in another
+        # thread at the same time imports transformers/accelerate from two threads at once, and
+        # Python's per-module import locks then hand one of them a partially initialised module
+        # ("cannot import name 'AlignDevicesHook' from partially initialized module
+        # 'accelerate.hooks'"). The trainer loads first there; servers in other processes overlap.
         trainer_task = asyncio.create_task(asyncio.to_thread(BuiltinTrainer, config.trainer))
+        if config.loop.publisher == "colocated":
+            await asyncio.wait({trainer_task})  # its error, if any, is raised below
         try:
-            plane = await stack.enter_async_context(
-                open_inference(config.collect.inference, max_model_len=config.collect.runner.max_model_len))
+            plane = await stack.enter_async_context(open_train_inference(config, say=say))
             sandboxes = await stack.enter_async_context(
                 open_sandboxes(config.collect.sandbox, tasks,
                                prepare=tasks_to_prepare(config.collect, tasks)))

@@ -1,6 +1,6 @@
 """Trainer-recompute scoring for the staleness gate in collection (``scorer = "trainer"``).
 
-:class:`TrainerScorer` implements :class:`rollbank.scheduling.scoring.PolicyScorer` with the
+:class:`TrainerScorer` implements :class:`rollbank.scheduling.drivers.scoring.PolicyScorer` with the
 trainer's own forward pass (:meth:`Trainer.logprobs`: the chunked LM head, the trainer's dtype)
 over a group's trajectories, in a worker thread (a blocking forward pass never runs on the
 event loop). The version is the trainer's current version, read before and after the forward
@@ -23,7 +23,7 @@ import torch
 
 from rollbank.batching.loader import TensorBatch
 from rollbank.episodes.trajectory import Trajectory
-from rollbank.scheduling.scoring import GroupScores
+from rollbank.scheduling.policy.scores import GroupScores
 
 TRAINER_SCORER = "trainer_recompute"
 

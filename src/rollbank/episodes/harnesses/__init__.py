@@ -5,6 +5,9 @@
 - :class:`AnswerLineHarness`: the instruction is the prompt, the one completion the command
   (a model fitted to a one-line action format: the learning bench's warmed-up tiny model).
 - :class:`Terminus2Harness`: Terminus-2 JSON turns, for models that follow instructions.
+- ``chat.ChatHarness`` (imported from :mod:`rollbank.episodes.harnesses.chat`, not
+  re-exported here, so loading a config stays light): a chat model with tool calls, rendered by its own chat template
+  (token-exact through :class:`~rollbank.chat.session.ChatSession`; docs/chat.md).
 
 See :mod:`rollbank.episodes.harnesses.base` for the :class:`Harness` protocol and the rules
 every harness keeps (never raise on model output; bounded observations).
@@ -12,9 +15,15 @@ every harness keeps (never raise on model output; bounded observations).
 
 from __future__ import annotations
 
-from rollbank.episodes.harnesses.answer_line import AnswerLineConfig, AnswerLineHarness
-from rollbank.episodes.harnesses.base import (
+from rollbank.episodes.config import (
     DEFAULT_OBSERVATION_LIMIT,
+    AnswerLineConfig,
+    ChatConfig,
+    FencedShellConfig,
+    Terminus2Config,
+)
+from rollbank.episodes.harnesses.answer_line import AnswerLineHarness
+from rollbank.episodes.harnesses.base import (
     Action,
     ActionKind,
     Command,
@@ -23,8 +32,8 @@ from rollbank.episodes.harnesses.base import (
     skills_note,
     truncate_middle,
 )
-from rollbank.episodes.harnesses.fenced_shell import FencedShellConfig, FencedShellHarness
-from rollbank.episodes.harnesses.terminus2 import Terminus2Config, Terminus2Harness
+from rollbank.episodes.harnesses.fenced_shell import FencedShellHarness
+from rollbank.episodes.harnesses.terminus2 import Terminus2Harness
 
 __all__ = [
     "DEFAULT_OBSERVATION_LIMIT",
@@ -32,6 +41,7 @@ __all__ = [
     "ActionKind",
     "AnswerLineConfig",
     "AnswerLineHarness",
+    "ChatConfig",
     "Command",
     "FencedShellConfig",
     "FencedShellHarness",

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import Field
-
-from rollbank.config import Section
+from rollbank.episodes.config import DEFAULT_OBSERVATION_LIMIT, AnswerLineConfig
 from rollbank.episodes.harnesses.base import (
-    DEFAULT_OBSERVATION_LIMIT,
     Action,
     ActionKind,
     Command,
@@ -32,14 +29,6 @@ from rollbank.sandbox.protocol import ExecResult
 from rollbank.tasks.model import Task
 
 LINE_STOP = "\n"
-
-
-class AnswerLineConfig(Section):
-    """Sampling of the answer-line harness."""
-
-    max_tokens: int = Field(default=12, ge=1, description="Token budget of the one completion.")
-    temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature.")
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
 
 
 class AnswerLineHarness:

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from rollbank.episodes.config import DEFAULT_OBSERVATION_LIMIT
 from rollbank.inference.protocol import SamplingParams
 from rollbank.sandbox.protocol import ExecResult
 from rollbank.tasks.model import Task
 
-DEFAULT_OBSERVATION_LIMIT = 10_000
 OBSERVATION_MARKER = "\n[... {dropped} bytes of output omitted by rollbank ...]\n"
 
 

@@ -28,11 +28,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from pydantic import Field
-
-from rollbank.config import Section
+from rollbank.episodes.config import FencedShellConfig
 from rollbank.episodes.harnesses.base import (
-    DEFAULT_OBSERVATION_LIMIT,
     Action,
     ActionKind,
     Command,
@@ -91,19 +88,6 @@ EXAMPLES = (
 
 _BLOCK = re.compile(r"```(?P<lang>[A-Za-z]*)[ \t]*\n(?P<body>.*?)(?P<close>\n?```|\Z)", re.DOTALL)
 _DONE_LINE = re.compile(r"^[ \t]*DONE[ \t.!]*$", re.MULTILINE)
-
-
-class FencedShellConfig(Section):
-    """Sampling and formatting of the fenced-shell harness."""
-
-    max_tokens: int = Field(default=192, ge=1, description="Token budget of one model turn.")
-    temperature: float = Field(default=0.8, ge=0.0, description="Sampling temperature.")
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    observation_limit_bytes: int = Field(
-        default=DEFAULT_OBSERVATION_LIMIT, ge=256,
-        description="Observations longer than this (UTF-8 bytes) keep head and tail and a "
-        "marker saying how much was dropped.",
-    )
 
 
 def _transcript_step(command: str, output: str) -> str:

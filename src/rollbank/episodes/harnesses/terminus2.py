@@ -29,13 +29,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from rollbank.config import Section
+from rollbank.episodes.config import Terminus2Config
 from rollbank.episodes.harnesses.base import (
-    DEFAULT_OBSERVATION_LIMIT,
     Action,
     ActionKind,
     Command,
@@ -47,8 +44,6 @@ from rollbank.episodes.harnesses.base import (
 from rollbank.inference.protocol import SamplingParams
 from rollbank.sandbox.protocol import ExecResult
 from rollbank.tasks.model import Task
-
-Framing = Literal["plain", "chatml", "gemma"]
 
 
 @dataclass(frozen=True)
@@ -87,26 +82,6 @@ object and nothing else:
 
 Task:
 """
-
-
-class Terminus2Config(Section):
-    """Sampling and formatting of the Terminus-2 JSON harness."""
-
-    max_tokens: int = Field(default=1024, ge=1, description="Token budget of one model turn.")
-    temperature: float = Field(default=0.7, ge=0.0, description="Sampling temperature.")
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    framing: Framing = Field(
-        default="plain",
-        description="Turn markers: plain text, or the chatml / gemma chat turn tokens.",
-    )
-    observation_limit_bytes: int = Field(
-        default=DEFAULT_OBSERVATION_LIMIT, ge=256,
-        description="Terminal output beyond this many UTF-8 bytes keeps head and tail and a "
-        "marker (Terminus-2 cuts at 10 kB).",
-    )
-    max_duration_s: float = Field(
-        default=60.0, gt=0.0, description="Upper bound applied to a command's requested duration."
-    )
 
 
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)

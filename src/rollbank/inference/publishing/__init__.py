@@ -1,4 +1,5 @@
-"""Weight publication behind one :class:`Publisher` seam: checkpoint, direct, colocated, lora.
+"""Weight publication behind one :class:`Publisher` seam: checkpoint, direct, colocated, lora
+(the one stack: the training loop, serve-collector and the benchmark use it).
 
 Heavy imports (torch, vLLM) stay inside the pattern modules' functions."""
 
@@ -14,6 +15,7 @@ from rollbank.inference.publishing.protocol import (
     PublicationRecord,
     Publisher,
     WeightUpdate,
+    update_of,
 )
 from rollbank.inference.publishing.state import ServedWeights
 
@@ -31,5 +33,6 @@ __all__ = [
     "Publisher",
     "ServedWeights",
     "WeightUpdate",
+    "update_of",
     "write_checkpoint",
 ]

@@ -19,12 +19,13 @@ with their partial tokens). ``finish`` is not offered: this engine has no admiss
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,23 +71,55 @@ class InProcessEngine(Protocol):
     def abort_all(self) -> int: ...
 
 
+#: where a submitted request's outputs go: each ``RequestOutput``, None when it is aborted, the
+#: exception when the engine refused to add it
+Sink = Callable[[Any], None]
+
+
 class ColocatedEngine:
-    """``vllm.LLM`` in this process, stepped under :attr:`lock`."""
+    """``vllm.LLM`` in this process, stepped under :attr:`lock`.
+
+    Two ways to generate, which may be mixed: :meth:`generate` (blocking, from any thread:
+    the caller steps the engine until its requests finish) and :meth:`submit` (a request whose
+    outputs go to a sink; :meth:`step_once` steps for every request, called by one stepping
+    thread, e.g. :class:`~rollbank.inference.publishing.colocated_client.ColocatedClient`'s).
+    ``version`` is the version the weights in the engine have (set under the lock by
+    :meth:`set_version`), so every step's tokens carry the version that produced them."""
 
     def __init__(self, model_dir: Path, *, dtype: str = "float32", max_model_len: int = 1024,
                  kv_cache_gib: int = 1, seed: int = 0, **llm_kwargs: Any) -> None:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)  # whole GiB on vLLM CPU
-        from vllm import LLM
+        from rollbank.inference import vllm_internals
 
-        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
-                       enable_prefix_caching=True, **llm_kwargs)
-        self.engine = self.llm.llm_engine
+        vllm_internals.require_symbols()  # the version and every internal used, before the start
+        llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")  # as managed servers: after temperature
+        self.llm = vllm_internals.llm_class()(
+            model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
+            enable_prefix_caching=True, **llm_kwargs)
+        vllm_internals.check_engine(self.llm.llm_engine)
+        self._setup(self.llm.llm_engine)
+
+    @classmethod
+    def over(cls, engine: Any) -> ColocatedEngine:
+        """Over an already built engine (an ``LLM.llm_engine``, or a fake with its methods)."""
+        self = cls.__new__(cls)
+        self.llm = None
+        self._setup(engine)
+        return self
+
+    def _setup(self, engine: Any) -> None:
+        self.engine = engine
         self.lock = threading.Lock()
         self._publisher_waiting = threading.Event()
         self._ids = itertools.count()
         self._done: dict[str, Any] = {}
         self._seen: dict[str, int] = {}
+        self._waiting: set[str] = set()  # generate()'s requests not yet returned
+        self._sinks: dict[str, Sink] = {}  # submitted: rid -> sink
+        self._submitted: collections.deque[tuple[str, list[int], Any, Sink]] = \
+            collections.deque()
+        self.version = 0
         self.tokens_generated = 0  # output tokens produced by this engine so far
         self._staged_reload: StagedReload | None = None
 
@@ -100,6 +133,26 @@ class ColocatedEngine:
         finally:
             self._publisher_waiting.clear()
 
+    def _yield_to_publisher(self) -> None:
+        while self._publisher_waiting.is_set():
+            time.sleep(0.0005)
+
+    def _step_locked(self) -> None:
+        """One engine step (the lock held): count tokens, route every output to its sink or
+        to :meth:`generate`'s waiting callers."""
+        for out in self.engine.step():
+            n = len(out.outputs[0].token_ids) if out.outputs else 0
+            self.tokens_generated += n - self._seen.get(out.request_id, 0)
+            self._seen[out.request_id] = n
+            sink = self._sinks.get(out.request_id)
+            if out.finished:
+                self._seen.pop(out.request_id, None)
+                self._sinks.pop(out.request_id, None)
+                if sink is None:
+                    self._done[out.request_id] = out
+            if sink is not None:
+                sink(out)
+
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Any) -> list[Any]:
         """Generate (blocking; call from a thread): one ``RequestOutput`` per prompt, None for
         a request aborted by a publication. Steps the engine one step per lock hold, so a
@@ -110,20 +163,66 @@ class ColocatedEngine:
                 rid = f"colo-{next(self._ids)}"
                 self.engine.add_request(rid, {"prompt_token_ids": list(p)}, sampling)
                 rids.append(rid)
+                self._waiting.add(rid)
         while not all(r in self._done for r in rids):
-            while self._publisher_waiting.is_set():
-                time.sleep(0.0005)
+            self._yield_to_publisher()
             with self.lock:
                 if all(r in self._done for r in rids):
                     break
-                for out in self.engine.step():
-                    n = len(out.outputs[0].token_ids) if out.outputs else 0
-                    self.tokens_generated += n - self._seen.get(out.request_id, 0)
-                    self._seen[out.request_id] = n
-                    if out.finished:
-                        self._seen.pop(out.request_id, None)
-                        self._done[out.request_id] = out
+                self._step_locked()
+        self._waiting.difference_update(rids)
         return [self._done.pop(r) for r in rids]
+
+    def submit(self, request_id: str, prompt: Sequence[int], sampling: Any,
+               sink: Sink) -> None:
+        """Queue a request (any thread, never blocks): the stepping thread adds it at its next
+        step; ``sink`` gets each of its outputs (the last one ``finished``), None if it is
+        aborted, or the ``ValueError`` vLLM refused it with. Call :meth:`step_once` to make
+        progress."""
+        self._submitted.append((request_id, list(prompt), sampling, sink))
+
+    @property
+    def busy(self) -> bool:
+        """Requests submitted and not finished."""
+        return bool(self._sinks or self._submitted)
+
+    def step_once(self) -> None:
+        """Add the submitted requests and run one engine step (blocking; the stepping thread)."""
+        self._yield_to_publisher()
+        with self.lock:
+            while self._submitted:
+                rid, prompt, sampling, sink = self._submitted.popleft()
+                try:
+                    self.engine.add_request(rid, {"prompt_token_ids": prompt}, sampling)
+                except ValueError as exc:  # refused (e.g. longer than the context): its sink says so
+                    sink(exc)
+                    continue
+                self._sinks[rid] = sink
+            if self._sinks:
+                self._step_locked()
+
+    def abort(self, request_ids: Sequence[str]) -> None:
+        """Abort submitted requests (their sinks get None); blocking, from the stepping thread
+        or any other but the event loop's."""
+        with self.lock:
+            self._abort_locked(list(request_ids))
+
+    def _abort_locked(self, ids: list[str]) -> None:
+        queued = [q for q in list(self._submitted) if q[0] in ids]  # (a copy: append races)
+        for q in queued:
+            self._submitted.remove(q)
+            q[3](None)
+        never_added = {q[0] for q in queued}
+        live = [r for r in ids if r not in never_added]
+        if live:
+            self.engine.abort_request(live)
+        for rid in live:
+            self._seen.pop(rid, None)
+            sink = self._sinks.pop(rid, None)
+            if sink is not None:
+                sink(None)
+            elif rid in self._waiting:  # a generate() caller's: it returns None for it
+                self._done[rid] = None
 
     def load_weights(self, pairs: Sequence[tuple[str, Any]]) -> None:
         self.engine.collective_rpc(
@@ -131,10 +230,11 @@ class ColocatedEngine:
 
     def _reloader(self) -> StagedReload:
         if self._staged_reload is None:
-            with self.lock:  # the worker object, fetched once between two steps
-                worker = self.engine.model_executor.driver_worker.worker
-            runner = worker.model_runner
-            self._staged_reload = StagedReload(runner.model, vllm_layerwise_reload(runner.model_config))
+            from rollbank.inference.vllm_internals import worker_model
+
+            with self.lock:  # the worker's model, fetched once between two steps
+                model, model_config = worker_model(self.engine)
+            self._staged_reload = StagedReload(model, vllm_layerwise_reload(model_config))
         return self._staged_reload
 
     def stage_weights(self, pairs: Sequence[tuple[str, Any]]) -> None:
@@ -150,6 +250,7 @@ class ColocatedEngine:
 
     def set_version(self, version: int) -> None:
         self.engine.set_weight_version(version_label(version))
+        self.version = version
 
     def engine_version(self) -> int:
         return parse_version_label(self.engine.get_weight_version(), server="colocated")
@@ -162,12 +263,10 @@ class ColocatedEngine:
     def abort_all(self) -> int:
         """Abort every running request (under :meth:`hold`); :meth:`generate` returns None for
         each of them: with this engine the abort plan drops partial tokens."""
-        ids = list(self.engine.output_processor.request_states)
-        if ids:
-            self.engine.abort_request(ids)
-        for rid in ids:
-            self._seen.pop(rid, None)
-            self._done[rid] = None
+        from rollbank.inference.vllm_internals import running_request_ids
+
+        ids = running_request_ids(self.engine)
+        self._abort_locked(ids)
         return len(ids)
 
 
@@ -191,6 +290,10 @@ class ColocatedPublisher:
     @property
     def pattern(self) -> Pattern:
         return "colocated"
+
+    @property
+    def wants_tensors(self) -> bool:
+        return True
 
     @property
     def version(self) -> int:

@@ -94,6 +94,10 @@ class DirectPublisher:
         return "direct"
 
     @property
+    def wants_tensors(self) -> bool:
+        return True
+
+    @property
     def version(self) -> int:
         return self._version
 

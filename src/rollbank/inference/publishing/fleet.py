@@ -2,7 +2,9 @@
 
 close admission -> pause every server (in-flight plan) -> apply on every server (the
 pattern's step: reload a checkpoint, or the weight-sync routes; the step names the version on
-the engine) -> reset every prefix cache -> resume -> reopen admission. With the ``pause``
+the engine) -> reset every prefix cache -> resume -> read back every engine's version -> reopen
+admission (only if it was open before: an owner that closed it, e.g. the sync training loop
+holding new tokens until a batch is trained on, reopens it itself). With the ``pause``
 plan (requests frozen in place) the reset preempts the frozen requests, whose KV is then
 recomputed with the new weights after the resume (``keep_kv=True`` keeps their old KV and
 skips the reset instead: safe for new requests only when every request carries its version's
@@ -147,6 +149,7 @@ class Fleet:
         """Pause, ``apply`` everywhere (``rollback`` everywhere on failure), reset, resume."""
         steps = steps if steps is not None else {}  # the apply step may add its own timings
         mode = PLAN_TO_PAUSE[self.plan]
+        was_open = self.gate.is_open  # the owner's admission (e.g. the sync loop's) is restored
         self.gate.close()
         first_error: BaseException | None = None
         try:
@@ -173,9 +176,10 @@ class Fleet:
                 await self.all("resume", lambda c: c.resume())
             resumed_at = self.clock.now()
             steps["resume_s"] = resumed_at - t5
+            serving, lost = await self.serving()  # read back before anything new is admitted
         finally:
-            self.gate.open()
-        serving, lost = await self.serving()
+            if was_open:
+                self.gate.open()
         serving_at = resumed_at
         record = PublicationRecord(
             pattern=pattern, version=version, previous_version=previous_version,

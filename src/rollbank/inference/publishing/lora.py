@@ -98,6 +98,10 @@ class LoraPublisher:
         return "lora"
 
     @property
+    def wants_tensors(self) -> bool:
+        return False
+
+    @property
     def version(self) -> int:
         return self._version
 

@@ -16,12 +16,18 @@ Every publisher:
   each engine serves afterwards — never mixed weights on one engine;
 - returns a :class:`PublicationRecord`: publication latency (``ready_at`` = trainer step done
   -> every engine serving the new version) apart from the apply pause (generation stopped).
+
+This is the one publication stack: ``rollbank train`` (``training/loop.py``), ``rollbank
+serve-collector`` (``service/run.py``) and ``rollbank bench publish`` all publish through it.
+``wants_tensors`` says what the trainer hands over: a copy of its tensors (direct, colocated)
+or the saved version directory (checkpoint, lora); :func:`update_of` makes the update.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from rollbank.inference.protocol import PauseMode
@@ -97,11 +103,24 @@ class PublicationRecord:
         }
 
 
+def update_of(weights: Path | Mapping[str, Any], *, lora: bool = False) -> WeightUpdate:
+    """The update for a saved directory (``lora``: a PEFT adapter's) or tensors."""
+    if isinstance(weights, Path):
+        return WeightUpdate(path=str(weights), lora=lora)
+    return WeightUpdate(tensors=weights, lora=lora)
+
+
 class Publisher(Protocol):
     """Installs new weights on every engine it owns."""
 
     @property
     def pattern(self) -> Pattern: ...
+
+    @property
+    def wants_tensors(self) -> bool:
+        """True: hand over a copy of the trainer's tensors (the checkpoint is written after,
+        off the critical path); False: the saved version directory."""
+        ...
 
     @property
     def version(self) -> int:

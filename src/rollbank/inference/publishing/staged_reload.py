@@ -20,6 +20,8 @@ in the pause would have left it in.
 
 Cost: one extra copy of the parameters in the worker's memory (the shadow), kept between
 updates. The reload function is a seam (``reload``); the default is vLLM's layerwise reload.
+Every contact with vLLM's internals (the reload functions, ``LAYERWISE_INFO``, the parameter
+classes a clone keeps) goes through :mod:`rollbank.inference.vllm_internals`.
 """
 
 from __future__ import annotations
@@ -41,14 +43,12 @@ def vllm_layerwise_reload(model_config: Any) -> Reload:
     does), applied to whichever model it is given."""
 
     def reload(model: Any, weights: Iterable[tuple[str, Any]]) -> None:
-        from vllm.model_executor.model_loader.reload import (
-            finalize_layerwise_reload,
-            initialize_layerwise_reload,
-        )
+        from rollbank.inference.vllm_internals import layerwise_reload
 
-        initialize_layerwise_reload(model)
+        initialize, finalize = layerwise_reload()
+        initialize(model)
         model.load_weights(weights)
-        finalize_layerwise_reload(model, model_config)
+        finalize(model, model_config)
 
     return reload
 
@@ -56,10 +56,9 @@ def vllm_layerwise_reload(model_config: Any) -> Reload:
 def _clone_tensor(t: Any, memo: dict[int, Any]) -> Any:
     """A tensor of the same class and attributes (``weight_loader`` etc.) with its own storage."""
     if id(t) not in memo:
-        c = t.data.clone()
-        c.__class__ = t.__class__
-        c.__dict__ = t.__dict__.copy()
-        memo[id(t)] = c
+        from rollbank.inference.vllm_internals import clone_parameter
+
+        memo[id(t)] = clone_parameter(t)
     return memo[id(t)]
 
 
@@ -87,37 +86,10 @@ def shadow_of(model: Any, *, share_layerwise_info: bool = True) -> tuple[Any, li
 
     root = clone(model)
     if share_layerwise_info:
-        from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
-        from vllm.model_executor.model_loader.reload.types import LayerReloadingInfo
+        from rollbank.inference.vllm_internals import share_layerwise_info as share
 
-        for live, s in pairs:
-            info = LAYERWISE_INFO.get(live)
-            if info is not None:
-                params, buffers = info.restore_metadata
-                LAYERWISE_INFO[s] = LayerReloadingInfo(
-                    restore_metadata=({k: _rebound(t, live, s) for k, t in params.items()},
-                                      {k: _rebound(t, live, s) for k, t in buffers.items()}),
-                    restore_device=info.restore_device)
+        share(pairs)
     return root, pairs
-
-
-def _rebound(meta: Any, live: Any, shadow: Any) -> Any:
-    """A copy of a reload-metadata (meta device) tensor for ``shadow``: vLLM registers these
-    very objects on the layer during a reload and binds/wraps their weight loaders there, so
-    the shadow needs its own, with loaders unwrapped and bound to the shadow module."""
-    from types import MethodType
-
-    def rebind(value: Any) -> Any:
-        while callable(value) and getattr(value, "__name__", "") == "online_process_loader":
-            value = value.__wrapped__
-        if isinstance(value, MethodType) and (value.__self__ is live or type(value.__self__) is object):
-            return value.__func__.__get__(shadow)
-        return value
-
-    c = meta.detach()
-    c.__class__ = meta.__class__
-    c.__dict__ = {k: rebind(v) for k, v in meta.__dict__.items()}
-    return c
 
 
 @dataclass

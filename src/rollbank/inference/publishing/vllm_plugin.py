@@ -20,7 +20,9 @@ built-in backends (NCCL, CUDA IPC, ...) need a GPU; this module adds ``rollbank_
 Registration: vLLM loads every entry point of the ``vllm.general_plugins`` group in each of
 its processes (API server, engine core, workers; ``VLLM_PLUGINS`` may restrict them by name).
 rollbank declares ``rollbank_shm = "rollbank.inference.publishing.vllm_plugin:register"`` in
-its ``pyproject.toml``, so the backend exists wherever rollbank is installed.
+its ``pyproject.toml``, so the backend exists wherever rollbank is installed. The factory's
+registry, the base classes and the layerwise reload are vLLM internals: they are reached
+through :mod:`rollbank.inference.vllm_internals` (version and symbols checked at registration).
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ BACKEND = "rollbank_shm"
 
 
 def check_installed() -> None:
-    """Raise :class:`ConfigError` unless vLLM will find the backend's entry point."""
+    """Raise :class:`ConfigError` unless vLLM will find the backend's entry point (and
+    :class:`~rollbank.errors.EngineVersionError` if the installed vLLM is outside the range
+    whose internals the backend uses)."""
     from importlib.metadata import entry_points
 
+    import rollbank.inference.vllm_internals  # noqa: F401  (the version check on import)
     from rollbank.errors import ConfigError
 
     if not any(ep.name == BACKEND for ep in entry_points(group="vllm.general_plugins")):
@@ -47,11 +52,13 @@ def check_installed() -> None:
 
 
 def register() -> None:
-    """vLLM general-plugin hook: register the backend (idempotent)."""
-    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+    """vLLM general-plugin hook: check the vLLM version and the internals rollbank uses
+    (:mod:`rollbank.inference.vllm_internals`: a typed error naming the supported range),
+    then register the backend (idempotent)."""
+    from rollbank.inference import vllm_internals
 
-    if BACKEND not in WeightTransferEngineFactory._registry:
-        WeightTransferEngineFactory.register_engine(BACKEND, __name__, "SharedMemoryWeightTransferEngine")
+    vllm_internals.require_symbols(vllm_internals.PLUGIN_SYMBOLS)
+    vllm_internals.register_weight_transfer_engine(BACKEND, __name__, "SharedMemoryWeightTransferEngine")
 
 
 def __getattr__(name: str) -> Any:  # the engine class is built on first use (vLLM import)
@@ -68,28 +75,22 @@ def _fmt(timings_ms: dict[str, float]) -> str:
 
 def _engine_class() -> type[Any]:
     import torch
-    from vllm.distributed.weight_transfer.base import (
-        WeightTransferEngine,
-        WeightTransferInitInfo,
-        WeightTransferUpdateInfo,
-    )
-    from vllm.logger import init_logger
-    from vllm.model_executor.model_loader.reload import (
-        finalize_layerwise_reload,
-        initialize_layerwise_reload,
-    )
 
+    from rollbank.inference import vllm_internals
     from rollbank.inference.publishing.shm import SHM_DIR, ShmLayout, map_file, views
     from rollbank.inference.publishing.staged_reload import StagedReload, vllm_layerwise_reload
 
-    logger = init_logger("vllm.rollbank_shm")  # under "vllm": printed in the server log
+    WeightTransferEngine, WeightTransferInitInfo, WeightTransferUpdateInfo = (
+        vllm_internals.weight_transfer_bases())
+    initialize_layerwise_reload, finalize_layerwise_reload = vllm_internals.layerwise_reload()
+    logger = vllm_internals.logger("vllm.rollbank_shm")  # under "vllm": printed in the server log
 
     @dataclass
-    class ShmInitInfo(WeightTransferInitInfo):  # type: ignore[misc]
+    class ShmInitInfo(WeightTransferInitInfo):  # type: ignore[misc,valid-type]
         directory: str = str(SHM_DIR)
 
     @dataclass
-    class ShmUpdateInfo(WeightTransferUpdateInfo):  # type: ignore[misc]
+    class ShmUpdateInfo(WeightTransferUpdateInfo):  # type: ignore[misc,valid-type]
         path: str
         names: list[str]
         dtype_names: list[str]
@@ -98,7 +99,7 @@ def _engine_class() -> type[Any]:
         nbytes: int
         extra: dict[str, Any] = field(default_factory=dict)
 
-    class SharedMemoryWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc]
+    class SharedMemoryWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc,valid-type]
         init_info_cls = ShmInitInfo
         update_info_cls = ShmUpdateInfo
         supports_draft_weight_update = False

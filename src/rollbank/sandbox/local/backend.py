@@ -23,6 +23,8 @@ import asyncio
 import contextlib
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import uuid
 from dataclasses import replace
@@ -32,6 +34,7 @@ from types import TracebackType
 from rollbank.errors import IsolationUnavailableError, SandboxError, SandboxStartError
 from rollbank.sandbox.local.cgroups import CgroupLayout, owner_alive, owner_tag
 from rollbank.sandbox.local.config import LocalSandboxConfig
+from rollbank.sandbox.local.etc_files import etc_files, host_resolv, memfds, wants_etc
 from rollbank.sandbox.local.helper import helper_path
 from rollbank.sandbox.local.proc import await_exit
 from rollbank.sandbox.local.reaper import reap_dead_owners
@@ -90,6 +93,7 @@ class LocalBackend:
         self.mount_dir = self.config.run_dir / "mnt"
         self.snapshot_dir = self._owner_dir / "snapshots"
         self._closed = False
+        self._resolv = host_resolv()  # what /etc/resolv.conf of every sandbox is made from
 
     # ---------------------------------------------------------------- setup
     async def _ready(self) -> CgroupLayout:
@@ -133,7 +137,8 @@ class LocalBackend:
             except OSError as exc:
                 why = f"cannot make the mapping's user namespace: {exc}"
         if why is None:
-            self.userns = IdMapping(host_id, USERNS_COUNT, userns_fd=fd)
+            self.userns = IdMapping(host_id, USERNS_COUNT, userns_fd=fd,
+                                    full=self.config.userns_full_range)
             self.userns_reason = f"mapped: sandbox root is host uid {host_id} ({mode})"
         elif mode == "mapped":
             self._layout = None
@@ -175,7 +180,13 @@ class LocalBackend:
         cg = layout.create(sbid)
         init: subprocess.Popen[bytes] | None = None
         errfile = self._owner_dir / "err" / sbid
+        chan = self._channel(sbid)
+        etc = memfds(etc_files(spec.hostname, self._resolv)) if wants_etc(spec.layers) else []
+        ready: socket.socket | None = None
+        ready_w = -1
         try:
+            if self._helper is not None:  # the anchor says when it runs (rb-helper anchor FD)
+                ready, ready_w = _ready_channel()
             cg.set_limits(
                 memory_bytes=lim.memory_mb << 20, pids=lim.max_processes, cpus=lim.cpus
             )
@@ -186,11 +197,17 @@ class LocalBackend:
                 storage_mb=lim.storage_mb, rlimits=rl, bwrap=self.config.bwrap,
                 hostname=spec.hostname, network=spec.network and self.config.allow_network,
                 helper=self._helper, rlimit_vals=rv, mapping=self._mapping(spec),
+                channel=chan, files=etc, ready_fd=ready_w if ready_w >= 0 else None,
             )
-            init = _popen_init(argv, errfile, () if self.userns is None
-                               else (self.userns.userns_fd,))
+            fds = tuple(fd for fd, _ in etc) + ((ready_w,) if ready_w >= 0 else ())
+            init = _popen_init(argv, errfile, fds if self.userns is None
+                               else (self.userns.userns_fd, *fds))
+            for fd in fds:  # the init has its own copies
+                os.close(fd)
+            etc, ready_w = [], -1
             try:
-                anchor = await _wait_anchor(init, errfile)
+                anchor = await (_wait_anchor(init, errfile) if ready is None
+                                else _wait_ready(init, ready, errfile))
             finally:
                 _unlink(errfile)
             drop = self.config.drop_capabilities and (self._helper is not None or any(
@@ -202,7 +219,14 @@ class LocalBackend:
                 drop_caps=drop, budget_s=budget_s, helper=self._helper, rlimit_vals=rv,
                 max_host_stall_s=self.config.max_host_stall_s,
             )
+            sb.channel_dir = chan
         except BaseException:
+            for fd, _ in etc:
+                os.close(fd)
+            if ready_w >= 0:
+                os.close(ready_w)
+            if chan is not None:
+                await asyncio.to_thread(shutil.rmtree, chan, True)
             await cg.akill()
             if init is not None:
                 with contextlib.suppress(OSError):
@@ -210,8 +234,22 @@ class LocalBackend:
                 await await_exit(init, 5.0)
             await asyncio.to_thread(cg.remove)
             raise
+        finally:
+            if ready is not None:
+                ready.close()
         self._sandboxes[sbid] = sb
         return sb
+
+    def _channel(self, sbid: str) -> Path | None:
+        """The sandbox's agent channel directory (root-owned, 0755: the sandbox reads, never
+        writes), or None when channels are off."""
+        if not self.config.agent_channels:
+            return None
+        root = self.config.agent_channel_dir / self._owner
+        root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        chan = root / sbid
+        chan.mkdir(mode=0o755)
+        return chan
 
     def _mapping(self, spec: SandboxSpec) -> IdMapping | None:
         """The id mapping for ``spec``: this backend's snapshot layers are already shifted."""
@@ -276,6 +314,8 @@ class LocalBackend:
             os.close(self.userns.userns_fd)
         # file-tree and cgroup removal block (memory cgroups offline slowly): off the loop
         await asyncio.to_thread(shutil.rmtree, self._owner_dir, True)
+        if self.config.agent_channels:
+            await asyncio.to_thread(shutil.rmtree, self.config.agent_channel_dir / self._owner, True)
         if self._layout is not None:
             await asyncio.to_thread(self._layout.remove_owner_dirs)
         self._closed = True
@@ -289,8 +329,64 @@ class LocalBackend:
         await self.aclose()
 
 
+def _ready_channel() -> tuple[socket.socket, int]:
+    """(the backend's end, the descriptor the anchor inherits) of a stream socket pair whose
+    backend end has ``SO_PASSCRED``: the kernel attaches the anchor's pid, as seen from this
+    pid namespace, to the byte it writes (no ``/proc`` lookup)."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        mine.setblocking(False)
+        return mine, theirs.detach()
+    except BaseException:
+        mine.close()
+        theirs.close()
+        raise
+
+
+def _sender_pid(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
+            pid = int(struct.unpack("3i", data[:12])[0])
+            return pid if pid > 0 else None
+    return None
+
+
+async def _wait_ready(init: subprocess.Popen[bytes], ready: socket.socket, errfile: Path) -> int:
+    """Wait for the anchor's byte on ``ready`` (``rb-helper anchor READY_FD``); return its
+    host pid (the byte's credentials). An event, not a poll: a poll's back-off rounds every
+    start up to its next probe (up to ~2.5 ms at a 5 ms start). End of file (every writer
+    gone: the init or bubblewrap died before the anchor ran) falls back to
+    :func:`_wait_anchor`, which reports the init's exit and its stderr."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def on_readable() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(ready.fileno(), on_readable)
+    try:
+        async with asyncio.timeout(_START_TIMEOUT_S):
+            await readable
+    except TimeoutError:
+        raise SandboxStartError(f"sandbox not ready after {_START_TIMEOUT_S:.0f} s") from None
+    finally:
+        loop.remove_reader(ready.fileno())
+    try:
+        data, ancdata, _, _ = ready.recvmsg(1, socket.CMSG_SPACE(struct.calcsize("3i")))
+    except OSError:
+        data, ancdata = b"", []
+    if data:
+        pid = _sender_pid(ancdata) or _anchor_of(init.pid)
+        if pid is not None:
+            return pid
+    return await _wait_anchor(init, errfile)
+
+
 async def _wait_anchor(init: subprocess.Popen[bytes], errfile: Path) -> int:
-    """Wait until bwrap has exec'd the anchor in the sandbox; return its host pid."""
+    """Wait until bwrap has exec'd the anchor in the sandbox; return its host pid (polled:
+    the shell path's anchor, ``sleep``, cannot say when it runs)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + _START_TIMEOUT_S
     delay = 0.0005
@@ -346,7 +442,8 @@ def _anchor_of(outer: int) -> int | None:
         return None
     for cand in _children(outer):
         try:
-            if Path(f"/proc/{cand}/comm").read_text().strip() != "bwrap":
+            # not bubblewrap's pid 1 before its exec, nor the full id range's mapper
+            if Path(f"/proc/{cand}/comm").read_text().strip() not in ("bwrap", "rb-mapper"):
                 return cand
         except OSError:
             continue

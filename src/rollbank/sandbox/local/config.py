@@ -73,6 +73,13 @@ class LocalSandboxConfig(Section):
         "the read-only layers show as this id and the next 65535. Use ids no host user or "
         "service owns (the subordinate range of /etc/subuid conventions starts here).",
     )
+    userns_full_range: bool = Field(
+        default=True,
+        description="Mapped sandboxes only: map all of the sandbox's ids 0-65535 (to host "
+        "userns_host_id..), not uid 0 alone, so service users of the image (redis, postgres) "
+        "own their files and su/setpriv to them work (rb-helper writes the maps into "
+        "bubblewrap's user namespace before it goes on; nested user namespaces stay refused).",
+    )
     use_helper: bool = Field(
         default=True,
         description="Compile and use rb-helper (one process instead of sh+mount+nsenter+"
@@ -82,6 +89,18 @@ class LocalSandboxConfig(Section):
         default=True,
         description="On backend start, kill cgroups and delete snapshots left behind by "
         "orchestrators that died (SIGKILL) without cleaning up.",
+    )
+    agent_channels: bool = Field(
+        default=False,
+        description="Give each sandbox a private channel directory, bound read-only at "
+        "/run/rollbank inside it, where an in-sandbox agent's one forwarded endpoint appears "
+        "(a unix socket to its gateway session: rollbank.agents.forward). Off: no channel.",
+    )
+    agent_channel_dir: Path = Field(
+        default=Path("/dev/shm/rollbank-channels"),
+        description="Host directory holding the channel directories (agent_channels); it "
+        "must be traversable by the sandbox's mapped uid (not under a 0700 home) and not "
+        "under a mapped sandbox's stage (/tmp, /run, /mnt, /srv: hidden from bubblewrap)",
     )
     max_host_stall_s: float = Field(
         default=600.0, gt=0,

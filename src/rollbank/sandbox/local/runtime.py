@@ -23,8 +23,10 @@ Owns how a sandbox is assembled. Two equivalent paths: the compiled ``rb-helper`
 
 * **pinned exec** (``rb-helper vexec``, helper path only): the init also mounts the pristine
   layers read-only, bound at :data:`PRISTINE_MOUNT` under an empty tmpfs; a pinned command
-  gets a private mount namespace with the pristine layers at its pinned paths (the verifier's
-  toolchain; see the helper and docs/collect.md, "Verifier isolation").
+  gets a private mount namespace and a root assembled from the pristine toolchain and the
+  agent's state, with the pristine layers at its pinned paths and at every directory its
+  environment names as a toolchain (:func:`env_pins`; see ``csrc/pins.c`` and
+  docs/collect.md, "Verifier isolation").
 
 Invariants: every shell path is quoted; overlay option separators in layer paths are
 rejected; a working directory is never opened on the host side (``nsenter --wd=DIR`` would).
@@ -32,8 +34,10 @@ rejected; a working directory is never opened on the host side (``nsenter --wd=D
 
 from __future__ import annotations
 
+import functools
+import posixpath
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +55,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Where the pristine layers are bound inside every sandbox (under an empty tmpfs: only a
 #: pinned command's private mount namespace uncovers them; see ``rb-helper vexec``).
 PRISTINE_MOUNT = "/dev/.rollbank-pristine"
+#: Where a sandbox's agent channel (``LocalSandboxConfig.agent_channels``) is bound, read-only.
+CHANNEL_MOUNT = "/run/rollbank"
 _CAP_NUMBERS = {
     "chown": 0, "dac_override": 1, "fowner": 3, "fsetid": 4, "kill": 5, "setgid": 6,
     "setuid": 7, "setpcap": 8, "net_bind_service": 10, "net_raw": 13, "sys_chroot": 18,
@@ -83,10 +89,13 @@ class IdMapping:
     count: int
     shifted: frozenset[Path] = frozenset()
     userns_fd: int = -1
+    full: bool = False  # the sandbox's ids 0..count-1 mapped (rb-helper's full_map_fork), not 0 alone
 
 
-def _proc_masks() -> list[str]:
-    """Docker's /proc masks: read-only /proc/fs; empty acpi/scsi; /dev/null over kernel files."""
+@functools.cache
+def _proc_masks() -> tuple[str, ...]:
+    """Docker's /proc masks: read-only /proc/fs; empty acpi/scsi; /dev/null over kernel files
+    (which of them this kernel has: looked up once per process, not per start)."""
     args: list[str] = []
     if Path("/proc/fs").is_dir():
         args += ["--ro-bind", "/proc/fs", "/proc/fs"]
@@ -96,7 +105,7 @@ def _proc_masks() -> list[str]:
     for f in ("kcore", "keys", "timer_list", "sched_debug", "latency_stats"):
         if Path(f"/proc/{f}").exists():
             args += ["--ro-bind", "/dev/null", f"/proc/{f}"]
-    return args
+    return tuple(args)
 
 
 def overlay_options(layers: Sequence[Path], upper: str, work: str,
@@ -131,6 +140,48 @@ def check_pins(pins: Sequence[str]) -> list[str]:
             raise SandboxStartError(f"unusable pinned path: {pin!r}")
         out.append(pin)
     return out
+
+
+#: Environment variables whose directories are the toolchain of the command that sees them.
+TOOLCHAIN_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "PERL5LIB", "NODE_PATH",
+                 "GOROOT", "VIRTUAL_ENV")
+
+
+def env_pins(env: Mapping[str, str], layers: Sequence[Path], workdir: str) -> list[str]:
+    """The directories a pinned command's environment names as its toolchain (PATH...), and
+    the root of a virtual environment whose ``bin`` is one of them (``pyvenv.cfg`` in a
+    layer: its libraries live beside it). Not the working directory or what is under it
+    (the agent's work), and not paths a pin cannot carry."""
+    out: list[str] = []
+    work = posixpath.normpath(workdir or "/")
+    for name in TOOLCHAIN_ENV:
+        for entry in env.get(name, "").split(":"):
+            p = posixpath.normpath(entry) if entry.startswith("/") else ""
+            if not p or p == "/" or p.startswith("//") or (
+                    work != "/" and (p == work or p.startswith(work + "/"))):
+                continue
+            out.append(p)
+            head = posixpath.dirname(p)
+            if any((layer / head.lstrip("/") / "pyvenv.cfg").is_file() for layer in layers):
+                out.append(head)
+    ok = []
+    for p in out:
+        try:
+            ok += check_pins([p])
+        except SandboxStartError:
+            continue
+    return ok
+
+
+def outermost(pins: Sequence[str]) -> list[str]:
+    """``pins`` without those under another plain pin (``/usr/local/bin`` under ``/usr``),
+    order kept; ``+`` (private) pins are kept as they are."""
+    plain = {p for p in pins if not p.startswith("+")}
+
+    def covered(p: str) -> bool:
+        return any(p != q and p.startswith(q.rstrip("/") + "/") for q in plain)
+
+    return list(dict.fromkeys(p for p in pins if p.startswith("+") or not covered(p)))
 
 
 def expand_pins(patterns: Sequence[str], layers: Sequence[Path]) -> list[str]:
@@ -170,7 +221,8 @@ def idmapped_views(layers: Sequence[Path], mount_dir: Path, mapping: IdMapping |
             shown.append(f"{mount_dir}/l{i}")
             pairs += [str(layer), shown[-1]]
     return shown, "\n".join(
-        [f"{int(mapping.host_id)} {int(mapping.userns_fd)} {stage}", *pairs])
+        [f"{int(mapping.host_id)} {int(mapping.userns_fd)} {stage}"
+         + (f" {int(mapping.count)}" if mapping.full else ""), *pairs])
 
 
 def init_argv(
@@ -186,9 +238,16 @@ def init_argv(
     helper: Path | None = None,
     rlimit_vals: tuple[str, str] = ("1024", str(1 << 30)),
     mapping: IdMapping | None = None,
+    channel: Path | None = None,
+    files: Sequence[tuple[int, str]] = (),
+    ready_fd: int | None = None,
 ) -> list[str]:
     """The sandbox's init. ``mapping`` (helper path only): the sandbox's root is an
-    unprivileged host id (see :class:`IdMapping` and ``rb-helper init``'s ``MAP``)."""
+    unprivileged host id (see :class:`IdMapping` and ``rb-helper init``'s ``MAP``).
+    ``files``: (inherited descriptor, path) bubblewrap copies into the sandbox at start
+    (``/etc/hosts``...: :mod:`~rollbank.sandbox.local.etc_files`). ``ready_fd`` (helper path
+    only): an inherited pipe's write end, on which the anchor writes one byte once it runs
+    (``rb-helper anchor READY_FD``), so the start is awaited, not polled."""
     q = shlex.quote
     m = str(mount_dir)
     if mapping is not None and helper is None:
@@ -205,7 +264,9 @@ def init_argv(
         # only: /proc/sys must be read-only (Docker does the same). Net sysctls resolve to the
         # reader's own network namespace, so the host's /proc/sys shows nothing extra.
         "--ro-bind", "/proc/sys", "/proc/sys", *_proc_masks(), "--dev", "/dev",
-        "--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0",
+        "--unshare-user", *(["--userns-block-fd", "@BLOCKFD@", "--info-fd", "@INFOFD@",
+                             "--assert-userns-disabled"] if mapping is not None and mapping.full
+                            else ["--disable-userns"]), "--uid", "0", "--gid", "0",
         "--unshare-pid", "--unshare-ipc",
         "--unshare-uts", "--unshare-cgroup-try", "--hostname", hostname,
         "--die-with-parent", "--new-session", "--chdir", "/",
@@ -213,13 +274,18 @@ def init_argv(
     if helper is not None:
         bw += ["--ro-bind", f"{stage}/pristine", PRISTINE_MOUNT,
                "--tmpfs", PRISTINE_MOUNT, "--remount-ro", PRISTINE_MOUNT]
+    if channel is not None:  # the agent channel: a host directory, read-only inside
+        bw += ["--ro-bind", str(channel), CHANNEL_MOUNT]
+    for fd, dest in files:
+        bw += ["--perms", "0644", "--file", str(int(fd)), dest]
     if not network:
         bw.append("--unshare-net")
     # The anchor is the sandbox's pid 1 (--as-pid-1): signals from inside cannot kill it, so
     # a command like `kill -9 -1` ends the model's processes, not the sandbox. With the helper
     # it also reaps orphans; the shell fallback's `sleep` leaves them as zombies.
     bw += ["--as-pid-1", "--", "@ANCHOR@" if helper is not None else "/bin/sleep"]
-    bw += ["anchor"] if helper is not None else ["infinity"]
+    bw += ["infinity"] if helper is None else ["anchor"] + (
+        [] if ready_fd is None else [str(int(ready_fd))])
     if helper is not None:
         return [
             str(helper), "init", m, str(int(storage_mb)), opts, pristine, *rlimit_vals, idmap,

@@ -25,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rollbank.errors import SandboxDiedError, SandboxError
 from rollbank.sandbox.billing import Bill
@@ -45,10 +46,17 @@ from rollbank.sandbox.local.proc import (
     exiting,
     run_process,
 )
-from rollbank.sandbox.local.runtime import DEFAULT_PATH, exec_argv, expand_pins
+from rollbank.sandbox.local.runtime import (
+    DEFAULT_PATH,
+    env_pins,
+    exec_argv,
+    expand_pins,
+    outermost,
+)
 from rollbank.sandbox.local.shell import LocalShellSession
 from rollbank.sandbox.local.snapshot import LocalSnapshot, copy_tree
 from rollbank.sandbox.local.transfer import pack, unpack
+from rollbank.sandbox.local.user import as_user
 from rollbank.sandbox.protocol import (
     DEFAULT_OUTPUT_LIMIT,
     ExecResult,
@@ -57,11 +65,21 @@ from rollbank.sandbox.protocol import (
     ShellSession,
 )
 
-if TYPE_CHECKING:
-    from rollbank.sandbox.local.backend import LocalBackend
-
 _FILE_LIMIT = 1 << 31
 _ARG_LIMIT = 96 * 1024
+
+
+class SandboxOwner(Protocol):
+    """What a sandbox needs of the backend that started it
+    (:class:`~rollbank.sandbox.local.backend.LocalBackend`): where snapshots go, and to be told
+    of a new snapshot and of its own end."""
+
+    @property
+    def snapshot_dir(self) -> Path: ...
+
+    def register_snapshot(self, snap: LocalSnapshot) -> None: ...
+
+    def forget(self, sb: LocalSandbox) -> None: ...
 
 
 class LocalSandbox:
@@ -72,7 +90,7 @@ class LocalSandbox:
         *,
         sandbox_id: str,
         spec: SandboxSpec,
-        backend: LocalBackend,
+        backend: SandboxOwner,
         init: subprocess.Popen[bytes],
         anchor_pid: int,
         cgroup: SandboxCgroup,
@@ -105,6 +123,7 @@ class LocalSandbox:
         self._oom_base = cgroup.oom_kills()
         self._pids_base = cgroup.pids_limit_hits()
         self._last: Bill | None = None  # the last command's bill (its OOM / pids events)
+        self.channel_dir: Path | None = None  # the agent channel (backend: agent_channels)
 
     # ---------------------------------------------------------------- identity / state
     @property
@@ -227,13 +246,16 @@ class LocalSandbox:
                           timeout_s: float | None = None, cwd: str | None = None,
                           env: Mapping[str, str] | None = None, stdin: bytes | None = None,
                           output_limit: int = DEFAULT_OUTPUT_LIMIT) -> ExecResult:
-        """``exec`` seeing the pristine layers at ``pins`` (globs allowed), files the agent
-        added at ``/`` hidden: the verifier's toolchain (``rb-helper vexec``)."""
+        """``exec`` in a root assembled from the pristine layers' toolchain and the agent's
+        state (``rb-helper vexec``, ``csrc/pins.c``): ``pins`` (globs allowed) and every
+        directory the command's environment names as its toolchain (:func:`.runtime.env_pins`:
+        PATH...) show the pristine layers' version; files the agent added at ``/`` are gone."""
         if not self.can_pin:
             raise SandboxError("pinned commands need rb-helper (no C compiler on this host)")
+        wanted = [*pins, *env_pins(self._env(env), self.spec.layers, cwd or self.spec.workdir)]
         return await self._exec(command, timeout_s=timeout_s, cwd=cwd, env=env, stdin=stdin,
                                 output_limit=output_limit,
-                                pins=expand_pins(pins, self.spec.layers))
+                                pins=outermost(expand_pins(wanted, self.spec.layers)))
 
     async def _exec(self, command: str | Sequence[str], *, timeout_s: float | None,
                     cwd: str | None, env: Mapping[str, str] | None, stdin: bytes | None,
@@ -325,8 +347,10 @@ class LocalSandbox:
                 raise SandboxDiedError(f"sandbox {self._id} is not running")
             group, files = self.cgroup.new_exec_group()
             shell = "if [ -x /bin/bash ]; then exec /bin/bash --noprofile --norc; else exec /bin/sh; fi"
+            # the agent's session runs as the image's USER (docker exec without -u)
             argv = exec_argv(anchor_pid=self.anchor_pid, procs_files=files, rlimits=self._rlimits,
-                             command=shell, cwd=self.spec.workdir, drop_caps=self._drop_caps,
+                             command=as_user(self.spec.user, ["/bin/sh", "-c", shell]),
+                             cwd=self.spec.workdir, drop_caps=self._drop_caps,
                              helper=self._helper, rlimit_vals=self._rlimit_vals)
             # Popen (fork+exec, ~1 ms) rather than asyncio subprocesses: no watcher threads.
             proc = subprocess.Popen(  # noqa: ASYNC220
@@ -399,4 +423,6 @@ class LocalSandbox:
             self._init.kill()
         await await_exit(self._init, 5.0)
         await asyncio.to_thread(self.cgroup.remove)  # rmdir of memory cgroups can block
+        if self.channel_dir is not None:
+            await asyncio.to_thread(shutil.rmtree, self.channel_dir, True)
         self._backend.forget(self)

@@ -1,0 +1,1 @@
+"""The benchmarks' integration tests (a package, so its conftest is not the product's module name)."""

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""Generate docs/benchmarks.md from the JSON under docs/measurements.
+
+Every figure on the page is read from a measurement file by a path into its JSON (``a.b[0].c``,
+``arms[name=rollbank:cache_aware].wall_s``); a path that does not resolve is an error, so the
+page cannot hold a number with no JSON behind it. Each section names its regime (what ran for
+real and what was emulated or simulated) and the command that reproduces it.
+
+    python3 scripts/benchmarks_page.py           # rewrite docs/benchmarks.md
+    python3 scripts/benchmarks_page.py --check   # exit 1 if the committed page differs
+
+The unit test ``tests/unit/test_benchmarks_page.py`` runs ``--check`` in the test command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASUREMENTS = ROOT / "docs" / "measurements"
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+REAL = "real engine here (vLLM CPU on this 2-core host)"
+SANDBOX = "real sandboxes here (bubblewrap, no engine)"
+EMULATED = "emulated accelerator (accel-sim: real sandboxes and verifiers, H100 timing emulated)"
+VIRTUAL = "virtual time (the real scheduler, simulated durations)"
+TRAINER = "real trainer, in-process sampler (no vLLM; docs/learning.md)"
+FIDELITY = "real engine vs emulated accelerator (the emulator's own check)"
+ALONE = "the real scheduler alone (synthetic attempts, no engine, no sandboxes)"
+
+
+class MissingFigure(KeyError):
+    """A figure's path does not resolve in its JSON file."""
+
+
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]|\[([^=\]]+)=([^\]]+)\]")
+
+
+def resolve(doc: Any, path: str) -> Any:
+    """The value at ``path`` in ``doc``: ``a.b``, ``a[0]``, ``arms[name=x]`` (first list item
+    whose ``name`` is ``x``), keys may contain ``/`` (``results.direct/pause``)."""
+    cur = doc
+    for m in _STEP.finditer(path):
+        key, index, fkey, fval = m.groups()
+        try:
+            if key is not None:
+                cur = cur[key]
+            elif index is not None:
+                cur = cur[int(index)]
+            else:
+                cur = next(x for x in cur if str(x.get(fkey)) == fval)
+        except (KeyError, IndexError, TypeError, StopIteration):
+            raise MissingFigure(f"{path!r}: no {m.group(0)!r}") from None
+    return cur
+
+
+@dataclass(frozen=True)
+class Fig:
+    """One figure: a label, a JSON path, a format (``{:.1f}``, ``{:.0%}``...) and a unit."""
+
+    label: str
+    path: str
+    fmt: str = "{}"
+    unit: str = ""
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    what: str
+    regime: str
+    command: str
+    source: str
+    figs: list[Fig] = field(default_factory=list)
+    table: tuple[str, list[str], list[Fig]] | None = None  # (list path, item names, columns)
+    note: str = ""
+
+
+def fmt(value: Any, fig: Fig) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float) and fig.scale != 1.0:
+        value = value * fig.scale
+    text = fig.fmt.format(value)
+    return f"{text} {fig.unit}".rstrip()
+
+
+SECTIONS: list[Section] = [
+    Section(
+        "Sandboxes", "start, fork and exec latency of bubblewrap sandboxes, local and through Ray",
+        SANDBOX, "rollbank bench sandbox --ray --json", "bench-sandbox-ray-quiet-2026-11-30.json",
+        [Fig("warm start p50, local", "local.warm_start_ms.p50", "{:.1f}", "ms"),
+         Fig("fork of 8 siblings p50, local", "local.fork8_ms.p50", "{:.1f}", "ms"),
+         Fig("exec p50, local", "local.exec_ms.p50", "{:.1f}", "ms"),
+         Fig("exec p50, through Ray", "ray.exec_ms.p50", "{:.1f}", "ms"),
+         Fig("exec overhead of Ray over local (target 5 ms)", "overhead_ms.exec_ms", "{:.1f}", "ms"),
+         Fig("awaited call to a node's actor p50", "ray.ray_call_ms.p50", "{:.2f}", "ms")]),
+    Section(
+        "Scheduler cost per decision", "CPU and wall time of one scheduling decision with 5,000 "
+        "attempts in flight", ALONE, "rollbank bench schedule --decision-cost 5000 --json",
+        "bench-schedule-decision-quiet-2026-11-30.json",
+        [Fig("per decision p99, CPU (target 5 ms)", "per_decision_cpu_ms.p99", "{:.2f}", "ms"),
+         Fig("per decision p99, wall", "per_decision_ms.p99", "{:.2f}", "ms"),
+         Fig("a decision that emits a batch, p99 wall", "batch_emitting_decisions_ms.p99", "{:.0f}", "ms"),
+         Fig("decisions measured", "decisions", "{:,}")]),
+    Section(
+        "Scheduler at scale", "the real Scheduler and ReadyBank over a million trajectories per arm",
+        VIRTUAL, "rollbank bench schedule --groups 256 --group-size 16 --pool-groups 384 "
+        "--sandbox-slots 1024 --trajectories 1000000 --model durations --json", "bench-schedule-1m-2026-11-30c.json",
+        [Fig("trajectories per arm", "scale.naive.trajectories", "{:,}"),
+         Fig("both arms, wall (target 120 s)", "both_arms_wall_s", "{:.1f}", "s"),
+         Fig("optimized / naive simulated time", "scale.ratio", "{:.3f}")]),
+    Section(
+        "Per-lever ablation on an agent-shaped trace, predicted",
+        "each lever alone and each removed from all at 32 groups x 8, 3 batches, on "
+        "Terminal-Bench-2-shaped episodes (the tb2-reasoning trace profile: median 20 turns, "
+        "~450 generated tokens per turn, tool output and tail latencies; an instrument, cited "
+        "in bench/src/rollbank_bench/traces.py), 16 emulated H100s; ratio to naive, median of "
+        "3 seeds", VIRTUAL,
+        "rollbank bench schedule --from-measured docs/measurements/bench-collect-accelsim-32x8-"
+        "interleaved-quiet-2026-12-01-s8.json --at-trace-profile tb2-reasoning --sweep-seeds 3 "
+        "--what-if-verifier-slots 256 --json",
+        "schedule-trace-ablation-tb2-2026-12-02.json",
+        [Fig("all levers / naive (target 0.25)", "as_measured.arms.optimized.ratio_vs_naive.median", "{:.3f}"),
+         Fig("all levers, waste of launched attempts (target 15%)",
+             "as_measured.arms.optimized.waste_share_of_launched[0]", "{:.0%}"),
+         Fig("+ warm sandboxes alone", "as_measured.arms.sandboxes.ratio_vs_naive.median", "{:.3f}"),
+         Fig("+ cache-aware routing alone", "as_measured.arms.routing.ratio_vs_naive.median", "{:.3f}"),
+         Fig("+ ready bank alone (G' = G)", "as_measured.arms.ready_bank.ratio_vs_naive.median", "{:.3f}"),
+         Fig("+ over-provisioning alone (G' = 2 G, open groups aborted)",
+             "as_measured.arms.overprovision.ratio_vs_naive.median", "{:.3f}"),
+         Fig("over-provisioning alone, waste of launched attempts",
+             "as_measured.arms.overprovision.waste_share_of_launched[0]", "{:.0%}"),
+         Fig("all but warm sandboxes", "as_measured.arms.all_but_sandboxes.ratio_vs_naive.median", "{:.3f}"),
+         Fig("all but routing", "as_measured.arms.all_but_routing.ratio_vs_naive.median", "{:.3f}"),
+         Fig("all but the ready bank", "as_measured.arms.all_but_ready_bank.ratio_vs_naive.median", "{:.3f}"),
+         Fig("all but over-provisioning",
+             "as_measured.arms.all_but_overprovision.ratio_vs_naive.median", "{:.3f}"),
+         Fig("all levers / naive with a verifier per sandbox (256 slots)",
+             "what_if_verifier_slots.arms.optimized.ratio_vs_naive.median", "{:.3f}")],
+        note="A prediction, not a measurement of these arms: the real scheduler and ready bank in "
+        "virtual time with the host costs (sandbox start and fork, command round trip, verifier "
+        "run) measured in the quiet 32 x 8 accel-sim run below, on the agent trace at its "
+        "instrument scales (a wire token = 16 modelled tokens, a scripted turn = 4 agent turns, "
+        "time / 30). The two halves of the bank only work together: G' = G leaves every batch "
+        "waiting for its slowest group, and extra groups aborted at each batch are waste. "
+        "Measure the arms with `rollbank bench collect --json --engine accel-sim "
+        "--trace-profile tb2-reasoning --num-servers 16 --groups 32 --group-size 8 --batches 3 "
+        "--arms ablation`."),
+    Section(
+        "Time to a trainable batch (headline, compressed scripted trace)", "naive collection vs every lever (cache-aware "
+        "routing, warm forked sandboxes, ready bank with over-provisioning) at 32 groups x 8, 3 batches",
+        EMULATED, "rollbank bench collect --json --engine accel-sim --groups 32 --group-size 8 "
+        "--batches 3 --pool-groups 80 --spare-groups 16 --arms naive,optimized --repeats 2",
+        "bench-collect-accelsim-32x8-interleaved-quiet-2026-12-01-s8.json",
+        [Fig("naive, time per batch", "comparison.naive_s", "{:.1f}", "s"),
+         Fig("all levers, time per batch", "comparison.optimized.time_s", "{:.1f}", "s"),
+         Fig("all levers / naive (target 0.33)", "comparison.headline_ratio", "{:.3f}"),
+         Fig("all levers / naive, median of the paired repeats",
+             "paired.per_arm.optimized.ratio_median", "{:.2f}")],
+        note="Arms interleaved (naive, optimized, optimized, naive). The emulated engine has no "
+        "model: it answers with an H100's timing, so the ratio measures scheduling, sandboxes "
+        "and routing, not inference."),
+    Section(
+        "Routing on real vLLM, Gemma 3 270M", "cache-aware routing vs vllm-router's policies on "
+        "the same requests: 8 groups x 4, 6 turns, 2 servers; medians of 4 rotated rounds",
+        REAL, "rollbank bench routing --model gemma-3-270m --repeats 4 --json",
+        "routing-vllm-gemma270m-4rounds-quiet-2026-12-01-s10.json",
+        table=("arms", ["rollbank:cache_aware", "vllm-router:consistent_hash[session=group]",
+                        "vllm-router:sticky_least_loaded[session=group]",
+                        "vllm-router:consistent_hash[session=trajectory]",
+                        "vllm-router:cache_aware", "rollbank:round_robin"],
+               [Fig("wall", "wall_s", "{:.2f}", "s"), Fig("p95 TTFT", "ttft_p95_s", "{:.2f}", "s"),
+                Fig("prefix-cache hit rate", "hit_rate", "{:.4f}")]),
+        figs=[Fig("cache-aware wall <= fastest peer", "summary.target_wall_le_fastest_peer"),
+              Fig("cache-aware p95 TTFT <= every peer", "summary.target_ttft_p95_le_best_peer")]),
+    Section(
+        "Routing on real vLLM, tiny model", "the same workload with the tiny model, where most of "
+        "the time to first token is outside the engine; medians of 10 rotated rounds", REAL,
+        "rollbank bench routing --repeats 10 --json",
+        "routing-vllm-tiny-10rounds-fresh-clients-2026-12-01-s10.json",
+        [Fig("cache-aware wall", "summary.cache_aware_wall_s", "{:.2f}", "s"),
+         Fig("fastest peer wall", "summary.fastest_peer_wall_s", "{:.2f}", "s"),
+         Fig("cache-aware p95 TTFT", "summary.cache_aware_ttft_p95_s", "{:.3f}", "s"),
+         Fig("lowest peer p95 TTFT", "summary.best_peer_ttft_p95_s", "{:.3f}", "s"),
+         Fig("cache-aware hit rate", "summary.cache_aware_hit_rate", "{:.4f}"),
+         Fig("share of the median TTFT outside the engine",
+             "summary.cache_aware_ttft_outside_engine_share_p50", "{:.0%}")]),
+    Section(
+        "Emulated engine fidelity", "the benchmark engine against real vLLM CPU on one trace "
+        "(profile fitted in-run on a separate calibration trace)", FIDELITY,
+        "rollbank bench accelsim-fidelity --fit-first --repeats 5 --warmup-traces 2 --json",
+        "bench-accelsim-fidelity-quiet-2026-12-01-s10-fit-median.json",
+        [Fig("median TTFT error (target 15%)", "ttft_s_median_error_over_repeats", "{:+.1%}"),
+         Fig("median request latency error (target 15%)", "total_s_median_error_over_repeats", "{:+.1%}"),
+         Fig("real server's own pass-to-pass TTFT spread", "real_ttft_s_run_to_run_spread", "{:.0%}"),
+         Fig("emulator CPU share of wall", "emulator_cpu_share_of_wall", "{:.1%}")]),
+    Section(
+        "Weight publication", "publication latency and the engine's apply pause, tiny model, "
+        "4 requests generating", REAL, "rollbank bench publish --json",
+        "bench-publish-2026-11-30d.json",
+        [Fig("direct (pause plan), apply pause p50", "results.direct/pause.apply_pause_s.p50",
+             "{:.0f}", "ms", 1000.0),
+         Fig("direct (pause plan), publication p50", "results.direct/pause.publication_s.p50",
+             "{:.2f}", "s"),
+         Fig("colocated (pause plan), apply pause p50", "results.colocated/pause.apply_pause_s.p50",
+             "{:.0f}", "ms", 1000.0)],
+        note="Measured at load average ~20 on 2 cores; the LoRA row below is a quiet host."),
+    Section(
+        "LoRA publication, quiet host", "a new adapter per version, abort plan (no engine pause)",
+        REAL, "rollbank bench publish --json --patterns lora --interleave",
+        "bench-publish-lora-2026-12-01-quiet.json",
+        [Fig("apply pause p50", "results.lora/abort.apply_pause_s.p50", "{:.0f}", "ms", 1000.0),
+         Fig("apply pause p95", "results.lora/abort.apply_pause_s.p95", "{:.0f}", "ms", 1000.0),
+         Fig("publication p50", "results.lora/abort.publication_s.p50", "{:.0f}", "ms", 1000.0)]),
+    Section(
+        "Fault attribution", "seeded faults of 27 kinds (sandbox, model, verifier, engine, "
+        "collector kill; and agent programs behind the gateway: crash, silence, malformed "
+        "requests, hang, prompts over the context, the gateway's engine connection reset, cut "
+        "or malformed) injected into real sandboxes, verifiers and the real gateway; each must "
+        "be attributed as docs/collect.md's and docs/agents.md's decision tables say", EMULATED,
+        "rollbank bench faults --json", "bench-faults-agents-2026-12-02.json",
+        [Fig("faults injected", "faults_injected"),
+         Fig("faults observed in a finished attempt", "faults_observed"),
+         Fig("attributed correctly", "attributed_correctly"),
+         Fig("agent-surface faults injected", "by_via.agent.injected"),
+         Fig("agent-surface faults observed", "by_via.agent.observed"),
+         Fig("agent-surface faults attributed correctly", "by_via.agent.correct"),
+         Fig("ledger and batches exact", "checks.ledger_and_batches_exact"),
+         Fig("leaked processes", "leaks.processes"), Fig("leaked cgroups", "leaks.cgroups"),
+         Fig("leaked mounts", "leaks.mounts"), Fig("leaked fds", "leaks.fds")],
+        note="Measured at load average 10-15 on 2 cores, without the shared benchmark lock "
+        "(held by another job); attribution does not depend on the load."),
+    Section(
+        "Faulted soak", "30 minutes of collection with faults, resources probed every 5 s; "
+        "every other round an agent round (the agent kinds through the gateway)",
+        EMULATED, "rollbank bench soak --faults --minutes 30 --json",
+        "bench-soak-faults-agents-2026-12-02.json",
+        [Fig("faults injected", "attribution.faults_injected"),
+         Fig("observed", "attribution.faults_observed"),
+         Fig("attributed correctly", "attribution.attributed_correctly"),
+         Fig("agent-surface faults attributed correctly", "attribution.by_via.agent.correct"),
+         Fig("flat (fds, threads, RSS, mounts, cgroups, sandboxes)", "flatness.flat"),
+         Fig("nothing left after close", "checks.nothing_left_after_close")],
+        note="Not flat by the drained-fds criterion alone: 17 -> 20 descriptors at round ends over "
+        "41 rounds (allowance 2), TCP connections between the inference clients and the fault "
+        "proxy's listeners (one ESTABLISHED pair, one CLOSE_WAIT; the rounds' descriptor lists are "
+        "in the JSON), all closed after close; threads, RSS, processes, mounts, cgroups and "
+        "sandboxes flat. The harness-only soak before it (bench-soak-faults-2026-12-02.json) was "
+        "flat on every resource but the host's mount count, which another job's base build moved. "
+        "Load average 9-12 on 2 cores."),
+    Section(
+        "Learning with stale rollouts", "eval solve rate of GRPO with rollouts 16 versions "
+        "stale, with and without the divergence gate, over 14 seeds (area under the curve)",
+        TRAINER, "rollbank bench learning --json --seeds 0 --arms gated --lag 16",
+        "bench-learning-lag16-gated-2026-12-01-s7.json",
+        [Fig("seeds", "across_seeds.arms.sync.auc.n"),
+         Fig("sync (fresh rollouts)", "across_seeds.arms.sync.auc.mean", "{:.3f}"),
+         Fig("gated, lag 16 (gate + token TIS, C = 2)", "across_seeds.arms.gated.auc.mean", "{:.3f}"),
+         Fig("gated within 5% of sync", "across_seeds.gated_verdict.within_5pct")],
+        note="One run per seed (0-9, 12-15), pooled with `--merge`."),
+    Section(
+        "Learning with stale rollouts, ungated", "the same, without the gate", TRAINER,
+        "rollbank bench learning --json --seeds 0 --arms sync --sweep-lags 16",
+        "bench-learning-lag16-ungated-2026-12-01-s7.json",
+        [Fig("ungated, lag 16", "across_seeds.arms.ungated-lag16.auc.mean", "{:.3f}"),
+         Fig("paired gap vs sync", "across_seeds.arms.ungated-lag16.gap_vs_sync.paired.mean",
+             "{:+.3f}")],
+        note="One run per seed (0-9, 12-15), pooled with `--merge`."),
+    Section(
+        "Engine vs trainer numerics", "log-probs of the same sampled tokens, Gemma 3 270M",
+        REAL, "rollbank numerics --model gemma-3-270m --prompts 8 --max-tokens 256",
+        "numerics-2026-11-30.json",
+        [Fig("tokens compared", "sampled_tokens"),
+         Fig("trainer fp32 vs engine bf16, mean abs delta log-prob",
+             "comparisons.trainer-fp32 vs engine-bf16-decode.abs.mean", "{:.3f}", "nats"),
+         Fig("trainer fp32 vs engine bf16, k3",
+             "comparisons.trainer-fp32 vs engine-bf16-decode.abs.k3", "{:.1e}")]),
+    Section(
+        "The main job", "`scripts/run.sh` warm re-run (caches filled): the embedded default, "
+        "Gemma 3 270M on one vLLM CPU server, 4 groups x 4", REAL, "scripts/run.sh",
+        "run-sh-warm-quiet-2026-11-30e-summary.json",
+        [Fig("set-up (server start)", "setup_s", "{:.0f}", "s"),
+         Fig("time to batch", "batches[0].time_to_batch_s", "{:.0f}", "s"),
+         Fig("groups in the batch", "batches[0].n_groups"),
+         Fig("zero-variance groups in the batch", "batches[0].extra.zero_variance_groups"),
+         Fig("collection (server already up)", "collection_s", "{:.0f}", "s"),
+         Fig("tail share", "batches[0].tail_share", "{:.2f}")]),
+]
+
+
+def render_section(s: Section) -> list[str]:
+    doc = json.loads((MEASUREMENTS / s.source).read_text())
+    lines = [f"## {s.title}", "", f"{s.what[0].upper()}{s.what[1:]}.", "",
+             f"- regime: **{s.regime}**",
+             f"- reproduce: `{s.command}`",
+             f"- data: [`measurements/{s.source}`](measurements/{s.source})", ""]
+    if s.table is not None:
+        list_path, names, cols = s.table
+        items = resolve(doc, list_path)
+        lines += ["| arm | " + " | ".join(c.label for c in cols) + " |",
+                  "|---|" + "---:|" * len(cols)]
+        for name in names:
+            item = next((x for x in items if x.get("name") == name), None)
+            if item is None:
+                raise MissingFigure(f"{list_path}: no arm {name!r} in {s.source}")
+            cells = [fmt(resolve(item, c.path), c) for c in cols]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if s.figs:
+        lines += ["| figure | value |", "|---|---:|"]
+        lines += [f"| {f.label} | {fmt(resolve(doc, f.path), f)} |" for f in s.figs]
+        lines.append("")
+    if s.note:
+        lines += [s.note, ""]
+    return lines
+
+
+HEADER = """# Benchmarks
+
+<!-- generated by scripts/benchmarks_page.py from docs/measurements/*.json: do not edit -->
+
+The current figure of each benchmark, read from the JSON the benchmark wrote. Every number is
+from a 2-core, 24 GiB CPU host shared with other work, so absolute times are slow and noisy;
+ratios between arms run interleaved are the comparable part. The **regime** line says what was
+real: a real engine here (vLLM CPU), an emulated accelerator (accel-sim: a benchmark instrument
+that answers vLLM's API with an H100's timing while sandboxes and verifiers are real) or
+virtual time (the real scheduler code on simulated durations). Terms: [glossary](glossary.md).
+
+Re-run any row with its `reproduce` command; each benchmark prints JSON (`--json`), which goes
+under `docs/measurements/` and is referenced by `scripts/benchmarks_page.py`, which writes
+this page (`python3 scripts/benchmarks_page.py`; the test suite fails when the page and the
+JSON disagree).
+
+"""
+
+
+def render() -> str:
+    out = [HEADER.rstrip("\n"), ""]
+    for s in SECTIONS:
+        out += render_section(s)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 if docs/benchmarks.md is not what the JSON gives")
+    args = ap.parse_args(argv)
+    try:
+        text = render()
+    except MissingFigure as exc:
+        print(f"benchmarks_page: a figure has no JSON behind it: {exc}", file=sys.stderr)
+        return 1
+    if args.check:
+        if not PAGE.exists() or PAGE.read_text() != text:
+            print("benchmarks_page: docs/benchmarks.md differs from the JSON; run "
+                  "python3 scripts/benchmarks_page.py", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

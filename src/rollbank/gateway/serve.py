@@ -1,0 +1,82 @@
+"""Serve a :class:`~rollbank.gateway.gateway.Gateway` over HTTP: uvicorn on a socket bound
+before serving starts (so the URL is known and a taken port fails at once).
+
+``running(gateway)`` is the one way in (the CLI, the benchmarks, the agents' episodes and the
+tests use it): an async context manager that binds ``config.host:config.port``, sets
+``gateway.root_url``, serves until the block ends, then drains. uvicorn runs its h11 parser
+with ``h11_max_incomplete_event_size = max_header_bytes``, so an oversized head is refused by
+the parser itself before any of it is buffered past the limit; the app's
+:class:`~rollbank.gateway.app.Limits` applies the same limit to what reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+from rollbank.errors import ServiceError
+from rollbank.extras import require
+from rollbank.gateway.app import build_app
+from rollbank.gateway.gateway import Gateway
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (:class:`ServiceError` if it cannot be bound
+    or ``host`` is not a loopback address) whose accepted connections have ``TCP_NODELAY``.
+
+    The protocol is named (``IPPROTO_TCP``, not 0): asyncio sets ``TCP_NODELAY`` on an
+    accepted socket only when its ``proto`` says TCP, and an accepted socket inherits the
+    listener's. Without it uvicorn's response head and body go out as two writes under Nagle:
+    the body waits for the client's delayed ACK of the head, ~40 ms on every kept-alive
+    request (the gateway's added latency in ``rollbank bench gateway`` was that, not its
+    handling). ``TCP_NODELAY`` is also set on the listener (Linux passes it on to accepted
+    sockets) in case another event loop skips the check."""
+    if host not in LOOPBACK:
+        raise ServiceError(f"the gateway binds loopback only (127.0.0.1), not {host!r}: its keys "
+                           "are bearer tokens over plain HTTP", status=400)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise ServiceError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another "
+                           "--gateway.port (0: any free port)") from exc
+    sock.setblocking(False)
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def running(gateway: Gateway, *, admin_token: str | None = None) -> AsyncIterator[str]:
+    """Serve ``gateway`` while the block runs; yields its root URL (``http://127.0.0.1:PORT``)."""
+    uvicorn = require("uvicorn", "service", "rollbank serve-gateway")
+    cfg = gateway.config
+    sock = bind(cfg.host, cfg.port)
+    host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+    gateway.root_url = f"http://{host}:{sock.getsockname()[1]}"
+    app = build_app(gateway, admin_token=admin_token)
+
+    class _Server(uvicorn.Server):  # type: ignore[misc, name-defined]
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:  # the caller owns signals
+            yield
+
+    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", http="h11",
+                                    h11_max_incomplete_event_size=cfg.max_header_bytes,
+                                    timeout_graceful_shutdown=5, access_log=False,
+                                    timeout_keep_alive=30))
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="rollbank-gateway-http")
+    try:  # the socket listens already: connections queue until uvicorn accepts them
+        yield gateway.root_url
+    finally:
+        server.should_exit = True
+        await asyncio.gather(task, return_exceptions=True)
+        sock.close()
