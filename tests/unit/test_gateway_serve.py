@@ -1,4 +1,5 @@
-"""The gateway's listening socket: every connection it serves has ``TCP_NODELAY``.
+"""The gateway's and the collector service's listening sockets: every connection they serve
+has ``TCP_NODELAY``.
 
 Without it (the listener made with ``proto=0``, which asyncio's nodelay check skips),
 uvicorn's response head and body left as two writes under Nagle and each kept-alive request
@@ -16,13 +17,15 @@ import pytest
 from gateway_rig import make_rig
 
 from rollbank.gateway.serve import bind, running
+from rollbank.service.run import bind as bind_service
 
 
 def _nodelay(sock: Any) -> int:
     return int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
 
 
-async def test_connections_accepted_on_the_bound_socket_have_tcp_nodelay() -> None:
+@pytest.mark.parametrize("bind_socket", [bind, bind_service], ids=["gateway", "service"])
+async def test_connections_accepted_on_the_bound_socket_have_tcp_nodelay(bind_socket: Any) -> None:
     seen: list[int] = []
 
     class Record(asyncio.Protocol):
@@ -30,7 +33,7 @@ async def test_connections_accepted_on_the_bound_socket_have_tcp_nodelay() -> No
             seen.append(_nodelay(transport.get_extra_info("socket")))
             transport.close()
 
-    sock = bind("127.0.0.1", 0)
+    sock = bind_socket("127.0.0.1", 0)
     server = await asyncio.get_running_loop().create_server(Record, sock=sock)
     try:
         _, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])

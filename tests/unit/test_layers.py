@@ -27,7 +27,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "src" / "rollbank_bench"
 LAYERS: list[tuple[str, ...]] = [
     ("errors",),
     ("extras",),
-    ("clock", "signals", "memory", "atomic"),
+    ("clock", "signals", "memory", "atomic", "listen"),
     ("config",),
     ("quantiles",),
     ("sandbox", "inference", "routing"),

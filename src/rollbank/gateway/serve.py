@@ -21,37 +21,19 @@ from rollbank.errors import ServiceError
 from rollbank.extras import require
 from rollbank.gateway.app import build_app
 from rollbank.gateway.gateway import Gateway
+from rollbank.listen import listen_tcp
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (:class:`ServiceError` if it cannot be bound
-    or ``host`` is not a loopback address) whose accepted connections have ``TCP_NODELAY``.
-
-    The protocol is named (``IPPROTO_TCP``, not 0): asyncio sets ``TCP_NODELAY`` on an
-    accepted socket only when its ``proto`` says TCP, and an accepted socket inherits the
-    listener's. Without it uvicorn's response head and body go out as two writes under Nagle:
-    the body waits for the client's delayed ACK of the head, ~40 ms on every kept-alive
-    request (the gateway's added latency in ``rollbank bench gateway`` was that, not its
-    handling). ``TCP_NODELAY`` is also set on the listener (Linux passes it on to accepted
-    sockets) in case another event loop skips the check."""
+    """A listening TCP socket on ``host:port`` whose accepted connections have ``TCP_NODELAY``
+    (:func:`rollbank.listen.listen_tcp`); :class:`ServiceError` if it cannot be bound or
+    ``host`` is not a loopback address."""
     if host not in LOOPBACK:
         raise ServiceError(f"the gateway binds loopback only (127.0.0.1), not {host!r}: its keys "
                            "are bearer tokens over plain HTTP", status=400)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-    except OSError as exc:
-        sock.close()
-        raise ServiceError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another "
-                           "--gateway.port (0: any free port)") from exc
-    sock.setblocking(False)
-    return sock
+    return listen_tcp(host, port, backlog=1024, port_flag="--gateway.port")
 
 
 @contextlib.asynccontextmanager

@@ -39,6 +39,7 @@ from rollbank.inference.publishing.checkpoint import CheckpointPublisher
 from rollbank.inference.publishing.lora import LoraPublisher, adapter_name, routed_lora_publisher
 from rollbank.inference.publishing.protocol import WeightUpdate
 from rollbank.inference_plane import InferencePlane, open_inference
+from rollbank.listen import listen_tcp
 from rollbank.routing.factory import router_from_config
 from rollbank.service.app import build_app
 from rollbank.service.config import ServeCollectorConfig, resolve_token
@@ -52,19 +53,9 @@ Say = Callable[[str], None]
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (:class:`ServiceError` if it cannot be bound)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise ServiceError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another "
-                           "--service.port (0: any free port)") from exc
-    sock.setblocking(False)
-    return sock
+    """A listening TCP socket on ``host:port`` whose accepted connections have ``TCP_NODELAY``
+    (:func:`rollbank.listen.listen_tcp`; :class:`ServiceError` if it cannot be bound)."""
+    return listen_tcp(host, port, backlog=128, port_flag="--service.port")
 
 
 def http_config(app: Any, svc: Any) -> Any:
