@@ -36,6 +36,7 @@ ARMS: dict[str, dict[str, bool]] = {
 }
 REBUILD_ARMS = frozenset({"naive_rebuild"})  # cold start = layers rebuilt per episode
 DEFAULT_ARMS = ("naive", "routing", "sandboxes", "bank", "optimized")
+DEFAULT_TASKS = ["terminal-lite"]
 # interleaved: single levers and lever removals alternate, naive first and in the middle
 ABLATION_ARMS = ("naive", "optimized", "sandboxes", "all_but_sandboxes", "routing",
                  "all_but_routing", "naive", "ready_bank", "all_but_ready_bank", "overprovision",
@@ -75,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--step-timeout", type=float, default=30.0, help="per-command timeout (s)")
     a("--verifier-slots", type=int, default=None,
       help="verifiers at once (every arm; default: the CPU count)")
-    a("--tasks", nargs="+", default=["terminal-lite"], help="task folders or suites")
+    a("--tasks", nargs="+", default=DEFAULT_TASKS, help="task folders or suites")
     a("--exclude-costs", default="expensive-env",
       help="comma-separated task costs left out (default: expensive-env; see module notes)")
     a("--arms", default=",".join(DEFAULT_ARMS),
@@ -83,8 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       f"{','.join(ABLATION_ARMS)} (a repeated name runs again: the second is reported as "
       "NAME#2)")
     a("--include", default=None,
-      help="comma-separated task ids to collect (default: the collect config's include; '' = "
-      "every task of --tasks left by --exclude-costs)")
+      help="comma-separated task ids to collect (default: with the default --tasks, the embedded "
+      "collect default's include, the tasks every earlier measurement ran; with your own "
+      "--tasks, all of them; '' = every task of --tasks left by --exclude-costs)")
     a("--seed", type=int, default=0, help="scheduler and task-order seed")
     a("--block-size", type=int, default=32, help="vLLM KV block size = router block size")
     a("--kv-cache-gib", type=float, default=2.0, help="VLLM_CPU_KVCACHE_SPACE per server")
@@ -212,6 +214,10 @@ def arm_config(args: argparse.Namespace, arm: str, output: Path | None = None) -
         o["scheduler.bank.max_retries"] = 0  # slot retries are the bank's
     if args.include is not None:
         o["include"] = [t for t in args.include.split(",") if t]
+    elif list(args.tasks) == DEFAULT_TASKS:
+        # named tasks replace the embedded default's include (task_selection), and the bench
+        # always names them: keep the default's selection, the workload of every earlier run
+        o["include"] = list(load_collect_config(None, {}).include)
     if args.workload == "trace":
         # episodes run to their plan or the task's own agent timeout (the embedded default's
         # episode budget is for the Gemma main job)

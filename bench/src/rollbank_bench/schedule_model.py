@@ -90,9 +90,13 @@ def load_tasks(args: argparse.Namespace) -> list[Any]:
     from rollbank.collect_config import load_collect_config
     from rollbank.task_selection import select_tasks
 
-    cfg = load_collect_config(None, {"tasks": args.tasks, "exclude_costs": [
-        c for c in args.exclude_costs.split(",") if c]})
-    return list(select_tasks(cfg))
+    from rollbank_bench.collect_args import DEFAULT_TASKS
+
+    sets: dict[str, Any] = {"tasks": args.tasks, "exclude_costs": [
+        c for c in args.exclude_costs.split(",") if c]}
+    if list(args.tasks) == DEFAULT_TASKS:  # as bench collect: the embedded default's selection
+        sets["include"] = list(load_collect_config(None, {}).include)
+    return list(select_tasks(load_collect_config(None, sets)))
 
 
 def model_description(args: argparse.Namespace) -> dict[str, Any]:

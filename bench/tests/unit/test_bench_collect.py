@@ -192,3 +192,17 @@ def test_ablation_rows_and_each_levers_contribution() -> None:
     assert a["all_levers_ratio_vs_naive"] == round(30 / 110, 3)
     assert [r["name"] for r in a["table"]] == list(arms) and a["table"][2] == {
         "name": "optimized", **row}
+
+
+def test_default_tasks_keep_the_embedded_selection_own_tasks_are_all_collected(tmp_path: Path) -> None:
+    """Named tasks replace the embedded default's ``include`` (issue 29) and the bench always
+    names its tasks: without this the default bench silently went from the embedded
+    default's two tasks (every earlier measurement) to the whole suite."""
+    from rollbank.collect_config import load_collect_config
+
+    embedded = list(load_collect_config(None, {}).include)
+    assert embedded  # a premise: the embedded default selects some tasks
+    assert arm_config(args(), "naive").include == embedded
+    assert arm_config(args("--include", ""), "naive").include == []
+    assert arm_config(args("--include", "count-lines"), "naive").include == ["count-lines"]
+    assert arm_config(args("--tasks", str(tmp_path)), "naive").include == []
