@@ -203,6 +203,22 @@ SECTIONS: list[Section] = [
          Fig("real server's own pass-to-pass TTFT spread", "real_ttft_s_run_to_run_spread", "{:.0%}"),
          Fig("emulator CPU share of wall", "emulator_cpu_share_of_wall", "{:.1%}")]),
     Section(
+        "OpenAI-compatible gateway", "what the gateway adds per request against calling the "
+        "engine directly (60 interleaved pairs, SmolLM2-135M-Instruct, 4 generated tokens), and "
+        "64 concurrent agents of 3 chat turns each", REAL,
+        "rollbank bench gateway --json", "bench-gateway-smollm2-cpu-quiet-2026-12-02c.json",
+        [Fig("completions: added latency p50, paired (target 2 ms)", "completions.added.p50_ms", "{:.2f}", "ms"),
+         Fig("completions: gateway's own time p50 (HTTP hop + inside)", "completions.gateway_own.p50_ms", "{:.2f}", "ms"),
+         Fig("completions: inside the gateway p50", "completions.gateway_inside.p50_ms", "{:.2f}", "ms"),
+         Fig("chat: added latency p50, paired", "chat.added.p50_ms", "{:.2f}", "ms"),
+         Fig("chat: gateway's own time p50", "chat.gateway_own.p50_ms", "{:.2f}", "ms"),
+         Fig("64 agents through the gateway", "throughput.gateway.requests_per_s", "{:.2f}", "requests/s"),
+         Fig("64 loops straight to the engine", "throughput.direct.requests_per_s", "{:.2f}", "requests/s"),
+         Fig("target met", "met")],
+        note="Quiet host (load 1-3, the engine's own). The bench's client and the gateway share "
+        "one Python process and core here, so the HTTP hop counts both ends of it; the "
+        "gateway's own handling is the \"inside\" row."),
+    Section(
         "Weight publication", "publication latency and the engine's apply pause, tiny model, "
         "4 requests generating", REAL, "rollbank bench publish --json",
         "bench-publish-2026-11-30d.json",

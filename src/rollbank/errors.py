@@ -119,6 +119,11 @@ class BadRequestError(InferenceError):
     """HTTP 400/422: the request itself is wrong (e.g. prompt longer than the context)."""
 
 
+class RouteMissingError(BadRequestError):
+    """HTTP 404: no such route or resource on the server (a plain ``vllm serve`` lacks the
+    dev-mode routes: ``/reset_prefix_cache``, ``/weight_info``, weight reloads)."""
+
+
 class EngineDeadError(InferenceError):
     """The engine behind the server died (HTTP 500 with a dead EngineCore); restart needed."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollbank.collect_config import InferenceSection
-from rollbank.errors import ConfigError, WeightVersionError
+from rollbank.errors import ConfigError, RouteMissingError, WeightVersionError
 from rollbank.inference.protocol import InferenceClient, ServerFeed, Tokenizer
 from rollbank.metrics.bound import Capacity
 from rollbank.metrics.calibrate import calibrate
@@ -45,9 +45,16 @@ class InferencePlane:
         """URLs of the servers serving now."""
         return tuple(self.clients) if self.feed is None else self.feed.ready
 
-    async def reset_caches(self) -> None:
+    async def reset_caches(self, say: Callable[[str], None] | None = None) -> None:
+        """Empty every serving server's prefix cache. A server without the route (a plain
+        ``vllm serve``: no ``VLLM_SERVER_DEV_MODE``) keeps its cache, said once per server."""
         for url in self.serving:
-            await self.clients[url].reset_prefix_cache()
+            try:
+                await self.clients[url].reset_prefix_cache()
+            except RouteMissingError:
+                if say is not None:
+                    say(f"{url}: no /reset_prefix_cache (start it with VLLM_SERVER_DEV_MODE=1 to "
+                        "have it): the calibration's probe prompts stay in its prefix cache")
 
 
 async def calibrate_plane(plane: InferencePlane, *, sandbox_slots: int, verifier_slots: int | None,
@@ -69,7 +76,7 @@ async def calibrate_plane(plane: InferencePlane, *, sandbox_slots: int, verifier
         on_measure=None if say is None else lambda: say(
             "calibrating the servers' capacity for the lower bound (a few probe requests"
             f"{'' if plane.feed is None else ', once every server serves'})..."))
-    await plane.reset_caches()
+    await plane.reset_caches(say)
     if say is not None:
         say(f"{'calibrated' if fresh else 'reused the calibration ' + capacity.source} in "
             f"{time.monotonic() - t0:.0f} s: decode {capacity.decode_rate_single:.0f} "

@@ -54,3 +54,22 @@ async def test_a_dead_url_is_named() -> None:
         await client.connect()
     await client.aclose()
     assert "http://127.0.0.1:9" in str(exc.value)
+
+
+async def test_a_standard_vllm_serve_keeps_its_prefix_cache_after_calibration_said() -> None:
+    """The newcomer's path (README: `rollbank collect --servers` on a plain `vllm serve`)
+    ended in `POST /reset_prefix_cache: HTTP 404` right after calibrating: the route is dev
+    mode only. The reset is skipped for such a server, and said."""
+    from rollbank.errors import RouteMissingError
+    from rollbank.inference_plane import InferencePlane, connect_external
+
+    clients: dict[str, Any] = {}
+    await connect_external([URL], "auto", clients, _make)
+    with pytest.raises(RouteMissingError):
+        await clients[URL].reset_prefix_cache()
+    plane = InferencePlane(clients=clients, tokenizer=None, vocab_size=256, description="")  # type: ignore[arg-type]
+    said: list[str] = []
+    await plane.reset_caches(said.append)
+    assert len(said) == 1 and URL in said[0] and "VLLM_SERVER_DEV_MODE=1" in said[0]
+    for c in clients.values():
+        await c.aclose()

@@ -6,7 +6,7 @@ through it, of the SGLang client): every call goes through :meth:`VLLMHttp._send
 A connect failure (nothing was sent) is retried ``connect_retries`` times, then
 :class:`ServerUnreachableError`. Anything after the request left is never re-sent: a dropped
 connection is :class:`ServerUnreachableError`, a read timeout :class:`InferenceTimeoutError`,
-429/503 :class:`ServerOverloadedError`, 400/404/422 :class:`BadRequestError`, a 500 from a
+429/503 :class:`ServerOverloadedError`, 400/422 :class:`BadRequestError` (404 its subclass :class:`RouteMissingError`), a 500 from a
 dead engine :class:`EngineDeadError`.
 
 A caller's cancellation (an aborted attempt, a step timeout) reaches the ``httpx`` call as an
@@ -31,6 +31,7 @@ from rollbank.errors import (
     EngineDeadError,
     InferenceError,
     InferenceTimeoutError,
+    RouteMissingError,
     ServerOverloadedError,
     ServerUnreachableError,
 )
@@ -152,7 +153,9 @@ class VLLMHttp:
         body = resp.text[:500]
         msg = f"{what}: HTTP {code}: {body}"
         kw: dict[str, Any] = {"server": self._base_url, "request_id": request_id}
-        if code in (400, 404, 422):
+        if code == 404:
+            raise RouteMissingError(msg, **kw)
+        if code in (400, 422):
             raise BadRequestError(msg, **kw)
         if any(m in body.lower() for m in _DEAD_MARKERS) or (code >= 500 and not await self.health()):
             raise EngineDeadError(msg, **kw)
