@@ -89,7 +89,6 @@ def scheduler_config(args: argparse.Namespace, seed: int, *, naive: bool, slots:
 def load_tasks(args: argparse.Namespace) -> list[Any]:
     from rollbank.collect_config import load_collect_config
     from rollbank.task_selection import select_tasks
-
     from rollbank_bench.collect_args import DEFAULT_TASKS
 
     sets: dict[str, Any] = {"tasks": args.tasks, "exclude_costs": [
