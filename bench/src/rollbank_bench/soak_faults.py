@@ -19,7 +19,8 @@ Each round's row also carries one reading taken when the round has drained (``at
 nothing in flight; sandboxes still closing get up to :data:`SETTLE_S` to go, ``settle_s``),
 the sharpest view of a per-round leak; a sandbox still alive then is named in the row's
 ``lingering`` (its id and the faults injected into it, :meth:`Rig.lingering`).
-The verdict on flatness is :func:`rollbank_bench.soak_curve.judge_curve`; after closing, the
+The verdict on flatness is :func:`rollbank_bench.soak_curve.judge_curve`, on the drained readings
+from the first round by which every kind of round has run once (:func:`drained_from`); after closing, the
 campaign's leak snapshot must show nothing left over. Attribution per kind is the campaign's
 (:func:`rollbank_bench.faults.report.summarize`).
 """
@@ -109,6 +110,17 @@ async def _sample_forever(curve: Curve, live: Any, probe_s: float, t0: float) ->
         await asyncio.sleep(probe_s)
 
 
+def drained_from(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rounds whose drained readings are judged: from the first round by which every kind
+    of round (harness, agent) has run once. A kind's first round loads its code (the agent
+    stack, the gateway: ~40 MiB of RSS in one step, once), which is warm-up, not a leak."""
+    firsts: dict[bool, int] = {}
+    for i, r in enumerate(rounds):
+        firsts.setdefault(bool(r.get("agents")), i)
+    start = max(firsts.values(), default=0)
+    return rounds[start:] if len(rounds) - start >= 2 else rounds
+
+
 async def _settle(live: Any, limit_s: float = SETTLE_S) -> float:
     """Wait (up to ``limit_s``) for sandboxes still closing when a round returns to go; the
     seconds waited. A sandbox that never goes is what the drained reading then shows."""
@@ -192,7 +204,7 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     faults["by_kind"].pop(FaultKind.COLLECTOR_SIGKILL.value, None)  # not in the soak
     faults["checks"]["every_kind_injected"] = all(k["injected"] > 0 for k in faults["by_kind"].values())
     checks = faults.pop("checks")
-    verdict = judge_curve(curve.intervals, [(r["end_interval"], r["at_end"]) for r in rounds],
+    verdict = judge_curve(curve.intervals, [(r["end_interval"], r["at_end"]) for r in drained_from(rounds)],
                           args.warmup_minutes)
     checks["flat"] = verdict["flat"]
     after_close = {k: round(after[k] - baseline[k], 1) for k in ("fds", "processes", "mounts", "cgroups")}

@@ -9,6 +9,7 @@ Shared by ``bench soak`` (:mod:`rollbank_bench.soak`) and its faulted variant
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,10 +98,21 @@ def _socket_table() -> dict[str, str]:
     return table
 
 
+#: one reading at a time: a reading opens files (``/proc`` walks, ``status``, ``mountinfo``) and
+#: two readings in two threads (the periodic probe and a round's drained reading) counted each
+#: other's open files as this process's (+1..4 fds on a drained reading, a false leak)
+_READING = threading.Lock()
+
+
 def describe_fds() -> dict[str, Any]:
     """What the counted descriptors (:func:`open_fds`) are: per kind (``tcp``, ``unix``, ``pipe``,
     ``pidfd``, ``eventpoll``, ``file``, ...) and, for sockets, their ports and state, so a
     drained reading that moves says which descriptors moved."""
+    with _READING:
+        return _describe_fds()
+
+
+def _describe_fds() -> dict[str, Any]:
     sockets: dict[str, str] | None = None
     kinds: dict[str, int] = {}
     items: list[str] = []
@@ -133,7 +145,13 @@ def mount_points() -> list[str]:
 
 
 def sample(live_sandboxes: Callable[[], int]) -> dict[str, float]:
-    """One reading of every tracked resource (synchronous: call it off the event loop)."""
+    """One reading of every tracked resource (synchronous: call it off the event loop); never
+    two at once (:data:`_READING`)."""
+    with _READING:
+        return _sample(live_sandboxes)
+
+
+def _sample(live_sandboxes: Callable[[], int]) -> dict[str, float]:
     status = Path("/proc/self/status").read_text()
     rss_kib = next((int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmRSS:")), 0)
     threads = next((int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("Threads:")), 0)
