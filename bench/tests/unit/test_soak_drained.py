@@ -35,12 +35,12 @@ def test_a_reading_does_not_count_another_readings_open_files(tmp_path: Path) ->
             release.wait(5)
             return real(root)
 
-    soak_probe._descendants = slow_descendants  # type: ignore[assignment]
+    soak_probe._descendants = slow_descendants
     try:
         t = threading.Thread(target=soak_probe.sample, args=(lambda: 0,))
         t.start()
         assert held.wait(5)
-        seen: list[int] = []
+        seen: list[float] = []
         reader = threading.Thread(target=lambda: seen.append(soak_probe.sample(lambda: 0)["fds"]))
         reader.start()
         time.sleep(0.2)
