@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from openai import AsyncOpenAI
 
@@ -18,6 +19,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at i
 import litellm
 from gateway_rig import make_rig
 
+from rollbank.gateway.config import GatewaySection
 from rollbank.gateway.serve import running
 
 pytestmark = pytest.mark.integration
@@ -88,3 +90,28 @@ async def test_uvicorn_refuses_an_oversized_head() -> None:
         head = await asyncio.wait_for(reader.read(200), timeout=10)
         assert head == b"" or b" 431 " in head or b" 400 " in head
         writer.close()
+
+
+async def test_a_head_trickled_in_small_reads_is_refused_at_the_limit() -> None:
+    """httptools has no head limit of its own (it would buffer a 40 MB header whole): the
+    gateway's protocol answers 431 once more than ``max_header_bytes`` of an incomplete head
+    arrived, long before the head ends, and serves the next connection as before."""
+    rig = make_rig(config=GatewaySection(max_header_bytes=4096))
+    async with running(rig.gateway) as root, httpx.AsyncClient(timeout=30) as http:
+        assert rig.gateway.http_parser.startswith(("httptools", "h11"))
+        port = int(root.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        answer = asyncio.create_task(reader.read(200))
+        writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: ")
+        sent = 0
+        with contextlib.suppress(OSError):
+            while sent < 1_000_000 and not answer.done():  # 1 MB in 1 KiB writes, the head
+                writer.write(b"a" * 1024)  # never ended
+                await writer.drain()
+                sent += 1024
+                await asyncio.sleep(0.001)
+        head = await asyncio.wait_for(answer, timeout=10)
+        assert b" 431 " in head, head
+        assert sent < 500_000, sent  # refused near the limit, not at the megabyte's end
+        writer.close()
+        assert (await http.get(f"{root}/health")).status_code == 200

@@ -8,7 +8,10 @@ payloads) and ``git_config_hooks`` (``core.fsmonitor``, hooks, a textconv driver
 repository) forged a pass on py-fix-median, go-fix-wordfreq, c-fix-makefile,
 node-fix-slugify and git-squash-commits (2026-12-02, no work done). Before those cheats
 existed ``tasks validate --probe`` reported no loophole on such tasks; here it must find them,
-and must not flag a task whose tests only read the agent's data.
+and must not flag a task whose tests only read the agent's data. The fix is the tests': the
+agent's code (and git) run in a child as uid 65534, which can neither write /logs/verifier
+nor signal the runner; the 15 terminal-lite tasks found so are converted (docs/collect.md,
+"Verifier isolation").
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from rollbank.episodes.cheats import CHEATS
 from rollbank.episodes.probes import probe_built
 from rollbank.sandbox.local.backend import LocalBackend
 from rollbank.tasks.builder import EnvironmentBuilder
-from rollbank.tasks.loader import load_task
+from rollbank.tasks.loader import load_task, load_tasks
 from rollbank.tasks.model import Task
 
 pytestmark = pytest.mark.integration
@@ -112,3 +115,42 @@ async def test_the_probe_finds_code_under_test_forgeries(backend: LocalBackend, 
         assert run.status == "pass" and rep.loopholes == [cheat] and not rep.ok, run
     else:
         assert run.status == "fail" and rep.loopholes == [] and rep.ok, run
+
+
+def imports_the_module_as_nobody(root: Path) -> Task:  # the fix: the agent's code in a child
+    return make_task(  # as uid 65534, which can neither write /logs/verifier nor signal the runner
+        root, dockerfile="FROM ubuntu:24.04\nWORKDIR /app\n"
+                         "RUN printf 'def add(a, b):\\n    return a - b\\n' > /app/calc.py\n",
+        solve="sed -i 's/a - b/a + b/' /app/calc.py\n",
+        test_py="import subprocess, sys\n\n\ndef test_add():\n    r = subprocess.run([sys.executable, "
+                "'-I', '-c', 'import sys; sys.path.insert(0, \"/app\"); import calc; "
+                "print(calc.add(2, 3))'], user=65534, group=65534, extra_groups=[], cwd='/tmp', "
+                "env={'PATH': '/usr/bin:/bin'}, capture_output=True, text=True)\n"
+                "    assert r.stdout.strip().splitlines()[-1:] == ['5']\n")
+
+
+async def test_code_under_test_run_as_another_uid_cannot_forge(backend: LocalBackend,
+                                                               tmp_path: Path) -> None:
+    rep = await probe_built(imports_the_module_as_nobody(tmp_path / "task"), backend,
+                            EnvironmentBuilder(), cheats=[BY["trojan_outputs"]])
+    assert rep.oracle is not None and rep.oracle.passed, rep
+    (run,) = rep.cheats
+    assert run.active is True and run.status == "fail" and rep.loopholes == [] and rep.ok, run
+
+
+@pytest.mark.parametrize(("task_id", "cheat"), [
+    ("py-fix-median", "trojan_outputs"),  # imported the agent's module in pytest
+    ("chmod-run-script", "trojan_outputs"),  # ran the agent's script as root
+    ("c-fix-makefile", "trojan_outputs"),  # ran make on the agent's Makefile as root
+    ("git-squash-commits", "git_config_hooks"),  # ran git status in the agent's repository
+])
+async def test_the_suites_tasks_that_forged_run_the_agents_code_as_nobody(
+        backend: LocalBackend, task_id: str, cheat: str) -> None:
+    """Each forged a pass with no work done on 2026-12-02; their tests now run the agent's
+    code (and git) in a child as uid 65534."""
+    task = next(t for t in load_tasks(["terminal-lite"]) if t.task_id == task_id)
+    rep = await probe_built(task, backend, EnvironmentBuilder(), cheats=[BY[cheat]])
+    assert rep.oracle is not None and rep.oracle.passed, rep
+    (run,) = rep.cheats
+    assert run.error is None and run.active is True, run
+    assert run.status == "fail" and rep.loopholes == [] and rep.ok, run

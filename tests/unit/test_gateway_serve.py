@@ -50,15 +50,16 @@ async def test_connections_accepted_on_the_bound_socket_have_tcp_nodelay(bind_so
 
 async def test_served_kept_alive_connection_has_tcp_nodelay(monkeypatch: pytest.MonkeyPatch) -> None:
     from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     served: list[int] = []
-    made = H11Protocol.connection_made
+    for protocol in (H11Protocol, HttpToolsProtocol):  # whichever parser serves
+        def connection_made(self: Any, transport: asyncio.Transport,
+                            made: Any = protocol.connection_made) -> None:
+            served.append(_nodelay(transport.get_extra_info("socket")))
+            made(self, transport)
 
-    def connection_made(self: Any, transport: asyncio.Transport) -> None:
-        served.append(_nodelay(transport.get_extra_info("socket")))
-        made(self, transport)
-
-    monkeypatch.setattr(H11Protocol, "connection_made", connection_made)
+        monkeypatch.setattr(protocol, "connection_made", connection_made)
     rig = make_rig(template=None, n_servers=1)
     rig.replies += ["one", "two"]
     async with running(rig.gateway), httpx.AsyncClient(timeout=30) as http:

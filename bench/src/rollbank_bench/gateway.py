@@ -180,6 +180,7 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
                         "added": _stats(added), "gateway_inside": _stats(inside),
                         "http_hop": _stats(hop), "gateway_own": _stats(own)}
         out["throughput"] = await _throughput(args, root, gw, client, tok, template)
+        out["http_parser"] = gw.http_parser
     p50s = [out["completions"][k]["p50_ms"] for k in ("added", "gateway_own")]
     out["target_added_p50_ms"] = 2.0
     out["met"] = all(p is not None and p <= 2.0 for p in p50s)

@@ -41,9 +41,10 @@ module, a script, a C program, a Makefile, a Node module, an ``init()`` beside a
 and ``git_config_hooks`` (``core.fsmonitor``, ``core.hooksPath``, ``diff.external`` and a
 textconv/clean driver in every repository: programs git runs from the agent's config; a
 redirection). Their payloads write reward 1 and SIGKILL the test runner (their ancestors up to
-the verifier's own script), so ``test.sh`` never writes 0: found passing on the tasks whose
-tests import, run or ``git status`` the agent's work (2026-12-02); the pinned toolchain cannot
-stop it, the tests must run that code where it cannot reach ``/logs/verifier`` or the runner.
+the verifier's own script), so ``test.sh`` never writes 0: found passing on the 15
+terminal-lite tasks whose tests imported, ran or ``git status``-ed the agent's work as root
+(2026-12-02); the pinned toolchain cannot stop it, the tests must run that code where it
+cannot reach ``/logs/verifier`` or the runner — terminal-lite's now run it as uid 65534.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The gateway's HTTP routes (FastAPI, thin: every decision is the gateway's or the wire's).
+"""The gateway's HTTP routes (thin: every decision is the gateway's or the wire's). The three
+OpenAI routes are served by :class:`OpenAIRoutes` straight from ASGI, everything else (and
+those routes' HEAD and 405) by FastAPI.
 
 Routes (``/s/<session_id>/v1/...`` is the per-attempt base URL handed out; the same routes
 under ``/v1/...`` let the key alone select the session)::
@@ -22,6 +24,7 @@ import asyncio
 import dataclasses
 import hmac
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
@@ -124,20 +127,17 @@ def build_app(gw: Gateway, *, admin_token: str | None = None) -> Any:
     """The ASGI application serving ``gw`` (with :class:`Limits` in front)."""
     require("fastapi", "service", "rollbank serve-gateway")
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import StreamingResponse
 
     cfg = gw.config
     app = FastAPI(title="rollbank gateway", openapi_url=None, docs_url=None, redoc_url=None)
 
-    @app.exception_handler(GatewayError)
-    async def _gateway_error(_r: Request, exc: GatewayError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse(out.error_body(exc), status_code=exc.status, headers=headers)
+    async def _failed(_r: Request, exc: Exception) -> Any:
+        return _error_response(exc)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_r: Request, exc: Exception) -> JSONResponse:
-        err = GatewayError(f"internal error: {type(exc).__name__}", status=500, kind="server_error")
-        return JSONResponse(out.error_body(err), status_code=500)
+    # GatewayError's own (Starlette hands an Exception handler's errors on, after answering)
+    app.add_exception_handler(GatewayError, _failed)
+    app.add_exception_handler(Exception, _failed)
 
     def session(request: Request, sid: str | None) -> Session:
         try:
@@ -191,10 +191,12 @@ def build_app(gw: Gateway, *, admin_token: str | None = None) -> Any:
             return out.completion_response(answer, record.text)
         return StreamingResponse(_completion_stream(gw, s, req, ignored), media_type="text/event-stream")
 
-    for prefix in ("/v1", "/s/{sid}/v1"):
-        app.add_api_route(prefix + "/models", _bind(models, prefix), methods=["GET"])
-        app.add_api_route(prefix + "/chat/completions", _bind(chat, prefix), methods=["POST"])
-        app.add_api_route(prefix + "/completions", _bind(completions, prefix), methods=["POST"])
+    openai_routes: dict[tuple[str, str], Handler] = {
+        ("GET", "models"): models, ("POST", "chat/completions"): chat,
+        ("POST", "completions"): completions}
+    for (method, route), handler in openai_routes.items():  # served by OpenAIRoutes; FastAPI's
+        for prefix in ("/v1", "/s/{sid}/v1"):  # copies answer HEAD and the other methods (405)
+            app.add_api_route(f"{prefix}/{route}", _bind(handler, prefix), methods=[method])
 
     @app.post("/admin/sessions")
     async def mint(request: Request) -> dict[str, Any]:
@@ -218,8 +220,53 @@ def build_app(gw: Gateway, *, admin_token: str | None = None) -> Any:
     def unattributed(kind: str) -> None:
         gw.unattributed[kind] += 1
 
-    return Limits(app, max_header_bytes=cfg.max_header_bytes, max_body_bytes=cfg.max_body_bytes,
-                  on_refuse=unattributed)
+    return Limits(OpenAIRoutes(openai_routes, app), max_header_bytes=cfg.max_header_bytes,
+                  max_body_bytes=cfg.max_body_bytes, on_refuse=unattributed)
+
+
+Handler = Callable[[Any, str | None], Awaitable[Any]]
+_OPENAI_PATH = re.compile(r"(?:/s/(?P<sid>[^/]+))?/v1/(?P<route>models|chat/completions|completions)")
+
+
+def _error_response(exc: Exception) -> Any:
+    """The OpenAI-style error body of a refusal (:class:`GatewayError`) or of an unexpected
+    failure (500, never a dropped connection)."""
+    from fastapi.responses import JSONResponse
+
+    if not isinstance(exc, GatewayError):
+        exc = GatewayError(f"internal error: {type(exc).__name__}", status=500, kind="server_error")
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse(out.error_body(exc), status_code=exc.status, headers=headers)
+
+
+class OpenAIRoutes:
+    """ASGI: the OpenAI routes (``GET models``, ``POST chat/completions``, ``POST completions``
+    under ``/v1`` and ``/s/<sid>/v1``) served straight: a Starlette request in, the handler's
+    body as a JSON (or its streaming) response out, its errors through
+    :func:`_error_response`. FastAPI's routing, dependency solving and response serialisation
+    cost about as much as the rest of the gateway's hop (bench gateway; docs/gateway.md).
+    Everything else goes to ``app`` (FastAPI), which holds the same routes for HEAD and the
+    405 of another method."""
+
+    def __init__(self, routes: dict[tuple[str, str], Handler], app: ASGIApp) -> None:
+        self.routes = routes
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        m = _OPENAI_PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
+        handler = None if m is None else self.routes.get((scope["method"], m["route"]))
+        if handler is None:
+            await self.app(scope, receive, send)
+            return
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, Response
+
+        try:
+            result = await handler(Request(scope, receive), m["sid"] if m else None)
+        except Exception as exc:
+            result = _error_response(exc)
+        response = result if isinstance(result, Response) else JSONResponse(result)
+        await response(scope, receive, send)
 
 
 def _bind(handler: Callable[[Any, str | None], Awaitable[Any]], prefix: str) -> Callable[..., Awaitable[Any]]:

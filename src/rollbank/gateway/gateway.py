@@ -79,6 +79,7 @@ class Gateway:
         self.template = template
         self.sessions = SessionTable(clock)
         self.root_url = ""  # http://127.0.0.1:PORT, set once the server is bound
+        self.http_parser = ""  # which HTTP parser serves it and why, set with root_url
         self._locks: dict[str, asyncio.Lock] = {}
         self._running: dict[str, set[asyncio.Task[GenerateResult]]] = {}
         self._ids = itertools.count()

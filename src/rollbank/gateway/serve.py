@@ -3,9 +3,11 @@ before serving starts (so the URL is known and a taken port fails at once).
 
 ``running(gateway)`` is the one way in (the CLI, the benchmarks, the agents' episodes and the
 tests use it): an async context manager that binds ``config.host:config.port``, sets
-``gateway.root_url``, serves until the block ends, then drains. uvicorn runs its h11 parser
-with ``h11_max_incomplete_event_size = max_header_bytes``, so an oversized head is refused by
-the parser itself before any of it is buffered past the limit; the app's
+``gateway.root_url``, serves until the block ends, then drains. uvicorn runs the httptools
+parser with the head limited to ``max_header_bytes`` (:mod:`.uvicorn_internals`: refused
+with 431 once that many bytes of an incomplete head arrived, never buffered whole), or where
+that protocol is unknown its h11 parser with ``h11_max_incomplete_event_size`` (the same
+limit, in the parser); ``gateway.http_parser`` says which. The app's
 :class:`~rollbank.gateway.app.Limits` applies the same limit to what reaches it.
 """
 
@@ -21,6 +23,7 @@ from rollbank.errors import ServiceError
 from rollbank.extras import require
 from rollbank.gateway.app import build_app
 from rollbank.gateway.gateway import Gateway
+from rollbank.gateway.uvicorn_internals import http_protocol
 from rollbank.listen import listen_tcp
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -45,13 +48,14 @@ async def running(gateway: Gateway, *, admin_token: str | None = None) -> AsyncI
     host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
     gateway.root_url = f"http://{host}:{sock.getsockname()[1]}"
     app = build_app(gateway, admin_token=admin_token)
+    http, gateway.http_parser = http_protocol(cfg.max_header_bytes)
 
     class _Server(uvicorn.Server):  # type: ignore[misc, name-defined]
         @contextlib.contextmanager
         def capture_signals(self) -> Any:  # the caller owns signals
             yield
 
-    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", http="h11",
+    server = _Server(uvicorn.Config(app, log_level="warning", lifespan="off", http=http,
                                     h11_max_incomplete_event_size=cfg.max_header_bytes,
                                     timeout_graceful_shutdown=5, access_log=False,
                                     timeout_keep_alive=30))

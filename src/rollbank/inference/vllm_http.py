@@ -6,7 +6,7 @@ through it, of the SGLang client): every call goes through :meth:`VLLMHttp._send
 A connect failure (nothing was sent) is retried ``connect_retries`` times, then
 :class:`ServerUnreachableError`. Anything after the request left is never re-sent: a dropped
 connection is :class:`ServerUnreachableError`, a read timeout :class:`InferenceTimeoutError`,
-429/503 :class:`ServerOverloadedError`, 400/422 :class:`BadRequestError` (404 its subclass :class:`RouteMissingError`), a 500 from a
+429/503 :class:`ServerOverloadedError`, 400/422 :class:`BadRequestError` (a 404 with an OpenAI error body too; a 404 without one, no such route, its subclass :class:`RouteMissingError`), a 500 from a
 dead engine :class:`EngineDeadError`.
 
 A caller's cancellation (an aborted attempt, a step timeout) reaches the ``httpx`` call as an
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -153,9 +154,9 @@ class VLLMHttp:
         body = resp.text[:500]
         msg = f"{what}: HTTP {code}: {body}"
         kw: dict[str, Any] = {"server": self._base_url, "request_id": request_id}
-        if code == 404:
-            raise RouteMissingError(msg, **kw)
-        if code in (400, 422):
+        if code == 404 and not _openai_error(resp.text):  # the server's own 404 (FastAPI's
+            raise RouteMissingError(msg, **kw)  # {"detail": "Not Found"}): no such route
+        if code in (400, 404, 422):  # 404 with an error body: e.g. no such model
             raise BadRequestError(msg, **kw)
         if any(m in body.lower() for m in _DEAD_MARKERS) or (code >= 500 and not await self.health()):
             raise EngineDeadError(msg, **kw)
@@ -169,3 +170,13 @@ class VLLMHttp:
         except httpx.HTTPError:
             return False
         return resp.status_code == 200
+
+
+def _openai_error(body: str) -> bool:
+    """Whether a response body is an OpenAI-style error (``{"error": ...}``), as vLLM answers
+    a request it refuses (a 404 so is "the model does not exist", not a missing route)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "error" in data

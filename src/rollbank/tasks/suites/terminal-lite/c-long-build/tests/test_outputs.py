@@ -1,3 +1,5 @@
+# The agent's code (make on its Makefile, bin/engine) runs in a child process as nobody, in a
+# copy of /app/engine: it cannot write /logs/verifier or signal this runner.
 """Generates the engine sources (used at build time and by the verifier to compute the answer)."""
 import os, random, sys
 
@@ -49,16 +51,42 @@ def write(root):
 if __name__ == "__main__":
     write(sys.argv[1])
 
-import subprocess
+
+import shutil, subprocess, tempfile
 from pathlib import Path
+
+NOBODY = 65534
+
+
+def nobody_dir():
+    d = tempfile.mkdtemp()
+    os.chown(d, NOBODY, NOBODY)
+    return d
+
+
+def copy_engine():
+    """A copy of /app/engine owned by nobody, in a fresh directory."""
+    work = os.path.join(nobody_dir(), "engine")
+    shutil.copytree("/app/engine", work, symlinks=True)
+    for top, dirs, files in os.walk(work):
+        for p in [top] + [os.path.join(top, n) for n in dirs + files]:
+            os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
+    return work
+
+
+def as_nobody(argv, cwd, home):
+    return subprocess.run(argv, user=NOBODY, group=NOBODY, extra_groups=[], cwd=cwd,
+                          env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home},
+                          capture_output=True, text=True, timeout=30)
 
 def test_output_file():
     assert Path("/app/engine_output.txt").read_text().strip() == expected()
 
 def test_binary_and_makefile():
-    r = subprocess.run(["/app/engine/bin/engine"], capture_output=True, text=True, timeout=30)
+    work, home = copy_engine(), nobody_dir()
+    r = as_nobody(["./bin/engine"], work, home)
     assert r.stdout.strip() == expected()
-    plan = subprocess.run(["make", "-C", "/app/engine", "-n", "-B"], capture_output=True, text=True, timeout=30)
+    plan = as_nobody(["make", "-n", "-B"], work, home)
     assert plan.returncode == 0, plan.stderr
     assert sum(1 for ln in plan.stdout.splitlines() if "src/mods/mod_" in ln and " -c " in ln) == N_MODS
     mod7 = Path("/app/engine/src/mods/mod_007.c").read_text()

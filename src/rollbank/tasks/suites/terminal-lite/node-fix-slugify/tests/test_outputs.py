@@ -1,10 +1,24 @@
-import subprocess
+# The agent's slugify.js runs only under node in a child process as nobody, never as root: it
+# cannot write /logs/verifier or signal this runner, so it cannot forge the reward.
+import os, subprocess, tempfile
+
+NOBODY = 65534
+
+
+def node(script, cwd=None):
+    home = tempfile.mkdtemp()
+    os.chown(home, NOBODY, NOBODY)
+    return subprocess.run(["node", script], user=NOBODY, group=NOBODY, extra_groups=[],
+                          cwd=cwd or home, env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home},
+                          capture_output=True, text=True, timeout=30)
+
 
 def test_hidden_cases():
-    r = subprocess.run(["node", "/tests/hidden.js"], capture_output=True, text=True, timeout=30)
+    r = node("/tests/hidden.js")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "hidden ok" in r.stdout
 
+
 def test_visible_suite():
-    r = subprocess.run(["node", "/app/test.js"], capture_output=True, text=True, timeout=30, cwd="/app")
+    r = node("/app/test.js", cwd="/app")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -1,7 +1,9 @@
-import csv, os, random, subprocess
+import csv, io, os, random, shutil, stat, subprocess, tempfile
 from collections import defaultdict
 from decimal import Decimal
-from pathlib import Path
+
+# The agent's script runs in a child process as nobody, never as root here: code under test
+# cannot write /logs/verifier or signal this runner, so it cannot forge the reward.
 
 def reference():
     r = random.Random(2718)
@@ -17,13 +19,36 @@ def reference():
             a[1] += amount
     return sorted((k[0], k[1], v[0], v[1]) for k, v in agg.items())
 
+def fresh_out_dir():
+    """A new, empty /app/out owned by nobody (whatever the agent left there is removed, never
+    followed); returns an fd on it, so the output is read from this very directory."""
+    out = "/app/out"
+    if os.path.islink(out) or (os.path.lexists(out) and not os.path.isdir(out)):
+        os.unlink(out)
+    elif os.path.isdir(out):
+        shutil.rmtree(out)
+    os.mkdir(out, 0o755)
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    os.fchown(fd, 65534, 65534)
+    return fd
+
+def read_output(dir_fd):
+    fd = os.open("report.csv", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        assert stat.S_ISREG(os.fstat(f.fileno()).st_mode), "report.csv is not a regular file"
+        return f.read(10_000_000).decode()
+
 def test_rerun_output():
-    out = Path("/app/out/report.csv")
-    if out.exists():
-        out.unlink()
-    r = subprocess.run(["/opt/venv/bin/python", "/app/report.py"], capture_output=True, text=True, timeout=50)
+    dir_fd = fresh_out_dir()
+    home = tempfile.mkdtemp()
+    os.chown(home, 65534, 65534)
+    r = subprocess.run(["/opt/venv/bin/python", "/app/report.py"],
+                       user=65534, group=65534, extra_groups=[], cwd=home,
+                       env={"PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin", "HOME": home},
+                       capture_output=True, text=True, timeout=50)
     assert r.returncode == 0, r.stderr[-2000:]
-    rows = list(csv.reader(out.open()))
+    rows = list(csv.reader(io.StringIO(read_output(dir_fd), newline="")))
+    os.close(dir_fd)
     assert rows[0] == ["region", "month", "orders", "revenue", "avg_order"]
     ref = reference()
     assert len(rows) - 1 == len(ref) == 36
