@@ -1,6 +1,6 @@
 """The gateway's HTTP routes (thin: every decision is the gateway's or the wire's). The three
 OpenAI routes are served by :class:`OpenAIRoutes` straight from ASGI, everything else (and
-those routes' HEAD and 405) by FastAPI.
+those routes asked with another method: 405) by FastAPI.
 
 Routes (``/s/<session_id>/v1/...`` is the per-attempt base URL handed out; the same routes
 under ``/v1/...`` let the key alone select the session)::
@@ -195,7 +195,7 @@ def build_app(gw: Gateway, *, admin_token: str | None = None) -> Any:
         ("GET", "models"): models, ("POST", "chat/completions"): chat,
         ("POST", "completions"): completions}
     for (method, route), handler in openai_routes.items():  # served by OpenAIRoutes; FastAPI's
-        for prefix in ("/v1", "/s/{sid}/v1"):  # copies answer HEAD and the other methods (405)
+        for prefix in ("/v1", "/s/{sid}/v1"):  # copies answer another method (405)
             app.add_api_route(f"{prefix}/{route}", _bind(handler, prefix), methods=[method])
 
     @app.post("/admin/sessions")
@@ -244,9 +244,9 @@ class OpenAIRoutes:
     under ``/v1`` and ``/s/<sid>/v1``) served straight: a Starlette request in, the handler's
     body as a JSON (or its streaming) response out, its errors through
     :func:`_error_response`. FastAPI's routing, dependency solving and response serialisation
-    cost about as much as the rest of the gateway's hop (bench gateway; docs/gateway.md).
-    Everything else goes to ``app`` (FastAPI), which holds the same routes for HEAD and the
-    405 of another method."""
+    cost about 0.2 ms a request here (fake engine, interleaved; within the real engine's noise).
+    Everything else goes to ``app`` (FastAPI), which holds the same routes for the 405 of
+    another method."""
 
     def __init__(self, routes: dict[tuple[str, str], Handler], app: ASGIApp) -> None:
         self.routes = routes

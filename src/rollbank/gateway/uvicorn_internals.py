@@ -2,7 +2,7 @@
 HTTP protocol with a request-head limit.
 
 uvicorn's httptools parser (llhttp) is faster than its h11 one (about 0.15 ms a request on
-this 2-core machine, interleaved: ``bench gateway``), but it has no head-size limit: a 40 MB
+this 2-core machine with the fake engine, interleaved), but it has no head-size limit: a 40 MB
 header would be buffered whole before the app's :class:`~rollbank.gateway.app.Limits` could
 refuse it (issue 24 found that on the collector service). :func:`http_protocol` returns a
 subclass of uvicorn's ``HttpToolsProtocol`` that counts the bytes received while a request's
