@@ -249,23 +249,23 @@ class OpenAIRoutes:
     another method."""
 
     def __init__(self, routes: dict[tuple[str, str], Handler], app: ASGIApp) -> None:
-        self.routes = routes
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        m = _OPENAI_PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
-        handler = None if m is None else self.routes.get((scope["method"], m["route"]))
-        if handler is None:
-            await self.app(scope, receive, send)
-            return
         from starlette.requests import Request
         from starlette.responses import JSONResponse, Response
 
+        self.routes = routes
+        self.app = app
+        self._request, self._json, self._response = Request, JSONResponse, Response
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        m = _OPENAI_PATH.fullmatch(scope["path"]) if scope["type"] == "http" else None
+        if m is None or (handler := self.routes.get((scope["method"], m["route"]))) is None:
+            await self.app(scope, receive, send)
+            return
         try:
-            result = await handler(Request(scope, receive), m["sid"] if m else None)
+            result = await handler(self._request(scope, receive), m["sid"])
         except Exception as exc:
             result = _error_response(exc)
-        response = result if isinstance(result, Response) else JSONResponse(result)
+        response = result if isinstance(result, self._response) else self._json(result)
         await response(scope, receive, send)
 
 

@@ -10,14 +10,14 @@ head is incomplete and answers 431 and closes the connection once they pass the 
 at most one read of slack: one ``data_received`` chunk), as h11's
 ``h11_max_incomplete_event_size`` does.
 
-It touches ``HttpToolsProtocol``'s ``data_received``, ``on_message_begin``,
-``on_headers_complete``, ``on_message_complete`` and ``transport``: known for uvicorn
-:data:`SUPPORTED` (0.54.0 is the one tested). Outside that range, or without httptools,
+It touches ``HttpToolsProtocol``'s ``data_received``, ``on_headers_complete``,
+``on_message_complete`` and ``transport``: known for uvicorn :data:`SUPPORTED` (0.54.0 is the one tested). Outside that range, or without httptools,
 :func:`http_protocol` returns ``"h11"`` (the parser that enforces the limit itself) and says why.
 """
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
 from typing import Any
 
@@ -28,25 +28,20 @@ _REFUSAL = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: appl
             b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 
 
-def _version(dist: str) -> tuple[int, ...] | None:
+def _version() -> tuple[int, int] | None:
+    """The installed uvicorn's (major, minor), None if it is absent or unreadable."""
     try:
-        text = metadata.version(dist)
+        m = re.match(r"(\d+)\.(\d+)", metadata.version("uvicorn"))
     except metadata.PackageNotFoundError:
         return None
-    parts: list[int] = []
-    for piece in text.split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
+    return None if m is None else (int(m[1]), int(m[2]))
 
 
 def http_protocol(max_header_bytes: int) -> tuple[Any, str]:
     """``(http, why)``: what to pass as ``uvicorn.Config(http=...)`` — the limited httptools
     protocol class, or ``"h11"`` — and a sentence saying which and why."""
-    version = _version("uvicorn")
-    if version is None or not SUPPORTED[0] <= version[:2] < SUPPORTED[1]:
+    version = _version()
+    if version is None or not SUPPORTED[0] <= version < SUPPORTED[1]:
         return "h11", (f"h11: uvicorn {version} is outside the range whose httptools protocol "
                        f"rollbank knows ({SUPPORTED[0]} to {SUPPORTED[1]})")
     try:
@@ -71,10 +66,6 @@ def http_protocol(max_header_bytes: int) -> tuple[Any, str]:
                     and not self.transport.is_closing():
                 self.transport.write(refusal)
                 self.transport.close()
-
-        def on_message_begin(self) -> None:
-            self._in_head = True
-            super().on_message_begin()
 
         def on_headers_complete(self) -> None:
             self._in_head = False
