@@ -1,21 +1,29 @@
 """``rollbank bench gateway``: what the OpenAI-compatible gateway adds per request, and its
 throughput with many concurrent agents.
 
-Latency: ``--pairs`` pairs, interleaved in one run on the same engine; each pair sends the
-same fresh random prompt (token ids, greedy, ``--max-tokens``) once straight to the engine
-(``InferenceClient.generate``) and once through the gateway (``POST /v1/completions`` over
-real HTTP on 127.0.0.1, a session per pair), in alternating order so the prefix cache favours
-neither arm. Both arms keep their connections alive (the bench's client to the gateway, and
-the one engine client, used by the direct arm and by the gateway). Reported: p50/p95 of each
-arm's wall time, of the paired difference (the gateway's added latency), of the gateway's own
-time inside it (record total minus the engine's total) and of the HTTP hop to it (the
-gateway arm's wall time minus the record total: the client's request and response over
-loopback, uvicorn and the routing; not subject to the engine's noise, which the paired
-difference is on a loaded host), and their sum per request, ``gateway_own`` (wall time minus
-the engine client's time for that request: all the gateway arm spent outside the engine).
-``met``: both the paired difference's p50 and ``gateway_own``'s p50 within the target (on a
-loaded host the paired difference is the engine's noise and can be negative). A chat arm adds the chat-template rendering and tool parsing: the same
-numbers for ``/v1/chat/completions`` against the engine given the rendered ids.
+Latency: ``--pairs`` rounds per route, in one run on the same engine; each round sends three
+requests in rotating order (each first in a third of the rounds), each with a fresh random
+prompt of the same length (token ids, greedy, ``--max-tokens``; no request shares a prefix with
+another, so no prefix-cache hit favours an arm):
+
+- ``direct``: the engine's own route (``VLLMClient.generate_call``: what rollbank's engine
+  client would send), posted by the same HTTP client the gateway arm uses: the agent calling
+  vLLM directly, token ids in and out;
+- ``engine_client``: rollbank's engine client (``InferenceClient.generate``);
+- ``gateway``: ``POST /v1/completions`` (or ``/v1/chat/completions``) through the gateway over
+  real HTTP on 127.0.0.1, a session per request.
+
+All keep their connections alive. Reported, p50/p95: each arm's wall time; ``added``, the
+gateway's added latency (gateway minus direct in the same round: the gateway's HTTP server,
+its own work and its call to the engine); ``added_vs_engine_client`` (gateway minus engine
+client: the agent's HTTP client and the gateway's server and work); ``gateway_inside`` (the
+record's total minus the engine client's time); ``http_hop`` (the gateway arm's wall time
+minus the record's total: the agent's request and response over loopback, uvicorn, the
+routing); ``gateway_own`` (wall time minus the engine client's time: everything the gateway
+arm spent outside the engine client, the agent's own HTTP client included). ``met``: the
+``added`` p50 within the target. With ``--fake`` there is no engine HTTP server: ``direct``
+is the engine client. A chat route adds the chat-template rendering and tool parsing: the
+same numbers for ``/v1/chat/completions`` against the engine given the rendered ids.
 
 Throughput: ``--agents`` agents at once, each a session speaking ``--turns`` chat turns
 (resending its whole history, as agents do) through the official ``openai`` client; the same
@@ -39,7 +47,12 @@ from typing import Any
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct", help="project model or folder")
     parser.add_argument("--fake", action="store_true", help="the in-process fake engine instead of vLLM")
-    parser.add_argument("--pairs", type=int, default=60, help="interleaved direct/gateway pairs per arm")
+    parser.add_argument("--accelsim-profile", default=None, metavar="PROFILE",
+                        help="an emulated accelerator (accel-sim, a separate process: e.g. "
+                        "h100-llama3.1-8b) instead of vLLM, with --model's tokenizer and template; "
+                        "an engine that takes no CPU and answers on time, so the gateway's cost "
+                        "is not lost in a CPU engine's noise")
+    parser.add_argument("--pairs", type=int, default=60, help="rounds (direct, engine client, gateway) per route")
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--agents", type=int, default=64)
@@ -56,6 +69,18 @@ def _stats(xs: list[float]) -> dict[str, float | None]:
         return None if v is None else round(1000 * v, 3)
 
     return {"p50_ms": ms(0.5), "p95_ms": ms(0.95), "n": len(xs)}
+
+
+def _median_ci(xs: list[float], *, resamples: int = 2000) -> list[float] | None:
+    """A 95% bootstrap interval of the median of ``xs`` (ms; fixed seed): how far the engine's
+    noise leaves the paired difference's p50 uncertain."""
+    from rollbank.quantiles import quantile
+
+    if len(xs) < 2:
+        return None
+    rng = random.Random(1)
+    meds = sorted(quantile([rng.choice(xs) for _ in xs], 0.5) or 0.0 for _ in range(resamples))
+    return [round(1000 * meds[int(0.025 * resamples)], 3), round(1000 * meds[int(0.975 * resamples)], 3)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,7 +100,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         client, tok, template, desc = await _engine(args, stack)
         load_start = os.getloadavg()
         measured = await _measure(args, client, tok, template)
-        regime = "fake engine (in-process)" if args.fake else "real vLLM on CPU"
+        regime = ("fake engine (in-process)" if args.fake else
+                  f"emulated accelerator (accel-sim {args.accelsim_profile}, its own process)"
+                  if args.accelsim_profile else "real vLLM on CPU")
         return {"bench": "gateway", "engine": desc, "regime": regime,
                 "host_load_1m": os.getloadavg()[0],
                 "host_load_start": [round(x, 2) for x in load_start],
@@ -101,6 +128,18 @@ async def _engine(args: argparse.Namespace, stack: Any) -> tuple[Any, Any, Any, 
     from rollbank.inference.config import ServerConfig
     from rollbank.inference.server import ManagedServers
     from rollbank.inference.tokenizer import load_tokenizer
+
+    if args.accelsim_profile:
+        from rollbank.inference.models import ensure_model
+        from rollbank.inference_plane import vocab_size
+        from rollbank_bench.accelsim.process import AccelSimServers
+
+        model_dir = await asyncio.to_thread(ensure_model, args.model)
+        tok = load_tokenizer(model_dir)
+        sims = await stack.enter_async_context(AccelSimServers(args.accelsim_profile, vocab_size=vocab_size(tok)))
+        template = await asyncio.to_thread(ChatTemplate.for_model, args.model)
+        return (sims.clients[0], ChatDecode(tok), template,
+                f"accel-sim {args.accelsim_profile} (1 server), {args.model}'s tokenizer")
 
     ms = await stack.enter_async_context(ManagedServers(ServerConfig(model=args.model, kv_cache_gib=1)))
     assert ms.model_dir is not None
@@ -129,18 +168,37 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
     async with running(gw) as root, httpx.AsyncClient(timeout=120, limits=httpx.Limits(
             max_connections=256, max_keepalive_connections=256)) as http:
         n = [0]
+        if not args.fake:
+            await client.connect()  # the route its generations take: the direct arm's too
 
         async def direct(ids: list[int]) -> float:
+            """The engine's own HTTP route, from the agent arm's HTTP client (real engine), or
+            the engine client (fake engine: no HTTP server)."""
+            n[0] += 1
+            req = GenerateRequest(f"direct-{n[0]}", ids, sampling)
+            if args.fake:
+                return await engine_client(ids)
+            path, body = client.generate_call(req)
+            t0 = time.perf_counter()
+            r = await http.post(f"{client.base_url}{path}", json=body)
+            r.json()
+            wall = time.perf_counter() - t0
+            r.raise_for_status()
+            return wall
+
+        async def engine_client(ids: list[int]) -> float:
             n[0] += 1
             t0 = time.perf_counter()
-            await client.generate(GenerateRequest(f"direct-{n[0]}", ids, sampling))
+            await client.generate(GenerateRequest(f"client-{n[0]}", ids, sampling))
             return time.perf_counter() - t0
 
         async def via(path: str, body: dict[str, Any]) -> tuple[float, float, float, float]:
+            n[0] += 1
             h = gw.open_session(f"bench-{n[0]}-{path}", "bench")
             t0 = time.perf_counter()
             r = await http.post(f"{h.base_url}/{path}", json=body,
                                 headers={"Authorization": f"Bearer {h.api_key}"})
+            r.json()
             wall = time.perf_counter() - t0
             r.raise_for_status()
             rec = (await gw.close_session(h)).requests[-1]
@@ -148,42 +206,53 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
             engine = rec.timings.engine.get("total_s") or 0.0
             return wall, inside, wall - (rec.timings.total_s or 0.0), wall - engine
 
+        def fresh(arm: str) -> tuple[list[int], dict[str, Any]]:
+            """A new random prompt (no arm shares a prefix with another: no cache hit favours
+            one), as token ids and as the gateway arm's request body."""
+            if arm == "completions":
+                ids = [rng.randrange(100, 20000) for _ in range(args.prompt_tokens)]
+                return ids, {"model": "m", "prompt": ids, "max_tokens": args.max_tokens,
+                             "temperature": 0}
+            words = " ".join(rng.choice(("ls", "cat", "file", "dir", "run", "test", "why"))
+                             for _ in range(args.prompt_tokens // 2))
+            msgs = [{"role": "user", "content": f"{rng.randrange(10**9)} {words}"}]
+            ids = tok.encode(template.render(msgs, add_generation_prompt=True))
+            return ids, {"model": "m", "messages": msgs, "max_tokens": args.max_tokens, "temperature": 0}
+
         for arm in ("completions", "chat"):
-            d_walls, g_walls, added, inside, hop, own = [], [], [], [], [], []
-            for i in range(args.pairs + 3):  # 3 warm-up pairs, not counted
-                if arm == "completions":
-                    ids = [rng.randrange(100, 20000) for _ in range(args.prompt_tokens)]
-                    body: dict[str, Any] = {"model": "m", "prompt": ids, "max_tokens": args.max_tokens,
-                                            "temperature": 0}
-                else:
-                    words = " ".join(rng.choice(("ls", "cat", "file", "dir", "run", "test", "why"))
-                                     for _ in range(args.prompt_tokens // 2))
-                    msgs = [{"role": "user", "content": words}]
-                    ids = tok.encode(template.render(msgs, add_generation_prompt=True))
-                    body = {"model": "m", "messages": msgs, "max_tokens": args.max_tokens, "temperature": 0}
-                first_direct = i % 2 == 0
-                if first_direct:
-                    d = await direct(ids)
-                    g, ins, hp, ow = await via(arm.replace("chat", "chat/completions"), body)
-                else:
-                    g, ins, hp, ow = await via(arm.replace("chat", "chat/completions"), body)
-                    d = await direct(ids)
-                if i >= 3:
-                    d_walls.append(d)
-                    g_walls.append(g)
-                    added.append(g - d)
-                    inside.append(ins)
-                    hop.append(hp)
-                    own.append(ow)
-            print(json.dumps({"progress": arm, "pairs": len(added)}), file=sys.stderr, flush=True)
-            out[arm] = {"direct": _stats(d_walls), "gateway": _stats(g_walls),
-                        "added": _stats(added), "gateway_inside": _stats(inside),
-                        "http_hop": _stats(hop), "gateway_own": _stats(own)}
+            cols: dict[str, list[float]] = {k: [] for k in (
+                "direct", "engine_client", "gateway", "added", "added_vs_engine_client",
+                "gateway_inside", "http_hop", "gateway_own")}
+            route = arm.replace("chat", "chat/completions")
+            for i in range(args.pairs + 3):  # 3 warm-up rounds, not counted
+                got: dict[str, Any] = {}
+                order = ("direct", "engine_client", "gateway")
+                for name in order[i % 3:] + order[:i % 3]:  # each arm first in a third of rounds
+                    ids, body = fresh(arm)
+                    if name == "direct":
+                        got[name] = await direct(ids)
+                    elif name == "engine_client":
+                        got[name] = await engine_client(ids)
+                    else:
+                        got[name] = await via(route, body)
+                if i < 3:
+                    continue
+                g, ins, hp, ow = got["gateway"]
+                for k, v in (("direct", got["direct"]), ("engine_client", got["engine_client"]),
+                             ("gateway", g), ("added", g - got["direct"]),
+                             ("added_vs_engine_client", g - got["engine_client"]),
+                             ("gateway_inside", ins), ("http_hop", hp), ("gateway_own", ow)):
+                    cols[k].append(v)
+            print(json.dumps({"progress": arm, "rounds": len(cols["added"])}), file=sys.stderr, flush=True)
+            out[arm] = {k: _stats(v) for k, v in cols.items()}
+            out[arm]["added"]["p50_ci95_ms"] = _median_ci(cols["added"])
         out["throughput"] = await _throughput(args, root, gw, client, tok, template)
         out["http_parser"] = gw.http_parser
-    p50s = [out["completions"][k]["p50_ms"] for k in ("added", "gateway_own")]
+    out["direct_arm"] = ("engine client (no HTTP server: fake engine)" if args.fake else
+                         "the engine's own route, from the agent arm's HTTP client")
+    p50 = out["completions"]["added"]["p50_ms"]
     out["target_added_p50_ms"] = 2.0
-    out["met"] = all(p is not None and p <= 2.0 for p in p50s)
+    out["met"] = p50 is not None and p50 <= 2.0
     return out
 
 

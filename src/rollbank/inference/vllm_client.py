@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -163,18 +164,24 @@ class VLLMClient(VLLMControl):
     def _salt(self) -> str | None:
         return wire.version_salt(self._version) if self.salt_by_version else None
 
+    def generate_call(self, request: GenerateRequest) -> tuple[str, dict[str, Any]]:
+        """The route and JSON body :meth:`generate` sends for ``request`` (once connected):
+        what a caller of the engine's own HTTP API would send for the same generation."""
+        if self._scale_out:
+            return wire.SCALE_OUT_GENERATE, wire.scale_out_body(request, self.model, cache_salt=self._salt())
+        return wire.COMPLETIONS, wire.completion_body(request, self.model, cache_salt=self._salt())
+
     async def _generate(self, request: GenerateRequest, t0: float) -> GenerateResult:
         rid = request.request_id
         headers = {"X-Request-Id": rid}
+        path, body = self.generate_call(request)
         if self._scale_out:
-            resp = await self._send("POST", wire.SCALE_OUT_GENERATE, headers=headers, request_id=rid,
-                                    json=wire.scale_out_body(request, self.model, cache_salt=self._salt()))
+            resp = await self._send("POST", path, headers=headers, request_id=rid, json=body)
             return self._parsed(wire.SCALE_OUT_GENERATE, rid, lambda: wire.parse_scale_out(
                 request, resp.json(), server=self._base_url, current_version=self._version,
                 total_s=time.monotonic() - t0))
         before = await self.engine_version(rid) if self._versions_from_engine else self._version
-        resp = await self._send("POST", wire.COMPLETIONS, headers=headers, request_id=rid,
-                                json=wire.completion_body(request, self.model, cache_salt=self._salt()))
+        resp = await self._send("POST", path, headers=headers, request_id=rid, json=body)
         total = time.monotonic() - t0
         after = await self.engine_version(rid) if self._versions_from_engine else before
         if after != before:

@@ -1,4 +1,7 @@
-"""HTTP transport of the vLLM client: one ``httpx`` connection pool, typed errors, retries.
+"""HTTP transport of the vLLM client: one connection pool, typed errors, retries.
+
+Requests are made with ``httpx``'s interface over :class:`~rollbank.inference.aiohttp_transport.AiohttpTransport`
+(aiohttp's pool: a fraction of httpcore's CPU per request); ``transport`` replaces it in tests.
 
 Owns :class:`VLLMHttp`, the base of :class:`~rollbank.inference.vllm_client.VLLMClient` (and,
 through it, of the SGLang client): every call goes through :meth:`VLLMHttp._send`.
@@ -36,6 +39,7 @@ from rollbank.errors import (
     ServerOverloadedError,
     ServerUnreachableError,
 )
+from rollbank.inference.aiohttp_transport import AiohttpTransport
 
 __all__ = ["KEEPALIVE_EXPIRY_S", "VLLMHttp"]
 
@@ -89,7 +93,8 @@ class VLLMHttp:
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            transport=transport,
+            transport=transport if transport is not None else AiohttpTransport(
+                max_connections=max_connections, keepalive_expiry_s=KEEPALIVE_EXPIRY_S),
             # vLLM's server closes idle keep-alive connections after 5 s
             # (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); reusing one it is closing fails with "Server
             # disconnected" after any tool pause of ~5 s. Expire ours first.
