@@ -25,7 +25,6 @@ class Server:
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
         self.connections = 0
-        self.closed = asyncio.Event()
         self.requests: list[tuple[bytes, bytes]] = []
         self.received = asyncio.Event()
 
@@ -46,7 +45,6 @@ class Server:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
-            self.closed.set()
             writer.close()
 
     async def __aenter__(self) -> str:

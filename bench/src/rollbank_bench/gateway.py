@@ -174,11 +174,10 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
         async def direct(ids: list[int]) -> float:
             """The engine's own HTTP route, from the agent arm's HTTP client (real engine), or
             the engine client (fake engine: no HTTP server)."""
-            n[0] += 1
-            req = GenerateRequest(f"direct-{n[0]}", ids, sampling)
             if args.fake:
                 return await engine_client(ids)
-            path, body = client.generate_call(req)
+            n[0] += 1
+            path, body = client.generate_call(GenerateRequest(f"direct-{n[0]}", ids, sampling))
             t0 = time.perf_counter()
             r = await http.post(f"{client.base_url}{path}", json=body)
             r.json()
@@ -224,9 +223,9 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
                 "direct", "engine_client", "gateway", "added", "added_vs_engine_client",
                 "gateway_inside", "http_hop", "gateway_own")}
             route = arm.replace("chat", "chat/completions")
+            order = ("direct", "engine_client", "gateway")
             for i in range(args.pairs + 3):  # 3 warm-up rounds, not counted
                 got: dict[str, Any] = {}
-                order = ("direct", "engine_client", "gateway")
                 for name in order[i % 3:] + order[:i % 3]:  # each arm first in a third of rounds
                     ids, body = fresh(arm)
                     if name == "direct":

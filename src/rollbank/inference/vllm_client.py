@@ -177,7 +177,7 @@ class VLLMClient(VLLMControl):
         path, body = self.generate_call(request)
         if self._scale_out:
             resp = await self._send("POST", path, headers=headers, request_id=rid, json=body)
-            return self._parsed(wire.SCALE_OUT_GENERATE, rid, lambda: wire.parse_scale_out(
+            return self._parsed(path, rid, lambda: wire.parse_scale_out(
                 request, resp.json(), server=self._base_url, current_version=self._version,
                 total_s=time.monotonic() - t0))
         before = await self.engine_version(rid) if self._versions_from_engine else self._version
@@ -189,7 +189,7 @@ class VLLMClient(VLLMControl):
                 f"request {rid}: the engine's version changed from {before} to {after} during a "
                 "/v1/completions request, which cannot say which tokens came from which; use a "
                 "server started with --enable-scale-out", server=self._base_url, request_id=rid)
-        return self._parsed(wire.COMPLETIONS, rid, lambda: wire.parse_completion(
+        return self._parsed(path, rid, lambda: wire.parse_completion(
             request, resp.json(), server=self._base_url, version=before, total_s=total))
 
     async def prompt_logprobs(self, token_ids: list[int], *, request_id: str) -> list[float]:

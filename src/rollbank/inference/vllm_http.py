@@ -93,16 +93,12 @@ class VLLMHttp:
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            transport=transport if transport is not None else AiohttpTransport(
-                max_connections=max_connections, keepalive_expiry_s=KEEPALIVE_EXPIRY_S),
+            # httpx's own pool (and its ``limits``) is never used: the transport is aiohttp's.
             # vLLM's server closes idle keep-alive connections after 5 s
             # (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); reusing one it is closing fails with "Server
             # disconnected" after any tool pause of ~5 s. Expire ours first.
-            limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=64,
-                keepalive_expiry=KEEPALIVE_EXPIRY_S,
-            ),
+            transport=transport if transport is not None else AiohttpTransport(
+                max_connections=max_connections, keepalive_expiry_s=KEEPALIVE_EXPIRY_S),
         )
 
     @property
