@@ -1,17 +1,20 @@
 """``rollbank bench gateway``: what the OpenAI-compatible gateway adds per request, and its
 throughput with many concurrent agents.
 
-Latency: ``--pairs`` rounds per route, in one run on the same engine; each round sends three
-requests in rotating order (each first in a third of the rounds), each with a fresh random
-prompt of the same length (token ids, greedy, ``--max-tokens``; no request shares a prefix with
-another, so no prefix-cache hit favours an arm):
+Latency: ``--pairs`` rounds per route, in one run on the same engine, every request with a
+fresh random prompt of the same length (token ids, greedy, ``--max-tokens``; no request shares a prefix with
+another, so no prefix-cache hit favours an arm). Each round sends one request per arm, in
+rotating order (each arm first as often):
 
 - ``direct``: the engine's own route (``VLLMClient.generate_call``: what rollbank's engine
   client would send), posted by the same HTTP client the gateway arm uses: the agent calling
   vLLM directly, token ids in and out;
 - ``engine_client``: rollbank's engine client (``InferenceClient.generate``);
 - ``gateway``: ``POST /v1/completions`` (or ``/v1/chat/completions``) through the gateway over
-  real HTTP on 127.0.0.1, a session per request.
+  real HTTP on 127.0.0.1, a session per request;
+- ``forwarder`` (a real engine only): the direct arm's request through a forwarder that does
+  nothing but pass it on (:mod:`rollbank_bench.gateway_forwarder`: served and calling the
+  engine the way the gateway is), the floor of any HTTP gateway on this host.
 
 All keep their connections alive. Reported, p50/p95: each arm's wall time; ``added``, the
 gateway's added latency (gateway minus direct in the same round: the gateway's HTTP server,
@@ -20,7 +23,12 @@ client: the agent's HTTP client and the gateway's server and work); ``gateway_in
 record's total minus the engine client's time); ``http_hop`` (the gateway arm's wall time
 minus the record's total: the agent's request and response over loopback, uvicorn, the
 routing); ``gateway_own`` (wall time minus the engine client's time: everything the gateway
-arm spent outside the engine client, the agent's own HTTP client included). ``met``: the
+arm spent outside the engine client, the agent's own HTTP client included);
+``forwarder_added`` (forwarder minus direct: one HTTP hop in this process, nothing done);
+``gateway_over_forwarder`` (gateway minus forwarder: the gateway's own work);
+``host_wake_control``: the forwarder's hop to a handler that answers at once against one that
+sleeps 30 ms first (what running Python again after the process slept costs on this host,
+paid by any hop after an engine call). ``met``: the
 ``added`` p50 within the target. With ``--fake`` there is no engine HTTP server: ``direct``
 is the engine client. A chat route adds the chat-template rendering and tool parsing: the
 same numbers for ``/v1/chat/completions`` against the engine given the rendered ids.
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -94,8 +103,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    import contextlib
-
     async with contextlib.AsyncExitStack() as stack:
         client, tok, template, desc = await _engine(args, stack)
         load_start = os.getloadavg()
@@ -156,6 +163,7 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
     from rollbank.gateway.serve import running
     from rollbank.inference.protocol import GenerateRequest, SamplingParams
     from rollbank.routing.factory import make_router
+    from rollbank_bench.gateway_forwarder import forwarding
 
     clock = MonotonicClock()
     gw = Gateway({client.base_url: client}, make_router("cache_aware", [client.base_url], clock),
@@ -165,21 +173,25 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     out: dict[str, Any] = {"pairs": args.pairs, "max_tokens": args.max_tokens,
                            "prompt_tokens": args.prompt_tokens}
-    async with running(gw) as root, httpx.AsyncClient(timeout=120, limits=httpx.Limits(
-            max_connections=256, max_keepalive_connections=256)) as http:
+    async with contextlib.AsyncExitStack() as stack:
+        root = await stack.enter_async_context(running(gw))
+        http = await stack.enter_async_context(httpx.AsyncClient(timeout=120, limits=httpx.Limits(
+            max_connections=256, max_keepalive_connections=256)))
+        forwarder = None if args.fake else await stack.enter_async_context(forwarding(client.base_url))
         n = [0]
         if not args.fake:
             await client.connect()  # the route its generations take: the direct arm's too
 
-        async def direct(ids: list[int]) -> float:
+        async def direct(ids: list[int], via_url: str | None = None) -> float:
             """The engine's own HTTP route, from the agent arm's HTTP client (real engine), or
-            the engine client (fake engine: no HTTP server)."""
+            the engine client (fake engine: no HTTP server); through ``via_url`` (the
+            forwarder) if given."""
             if args.fake:
                 return await engine_client(ids)
             n[0] += 1
             path, body = client.generate_call(GenerateRequest(f"direct-{n[0]}", ids, sampling))
             t0 = time.perf_counter()
-            r = await http.post(f"{client.base_url}{path}", json=body)
+            r = await http.post(f"{via_url or client.base_url}{path}", json=body)
             r.json()
             wall = time.perf_counter() - t0
             r.raise_for_status()
@@ -222,14 +234,19 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
             cols: dict[str, list[float]] = {k: [] for k in (
                 "direct", "engine_client", "gateway", "added", "added_vs_engine_client",
                 "gateway_inside", "http_hop", "gateway_own")}
+            if forwarder is not None:
+                cols.update(forwarder=[], forwarder_added=[], gateway_over_forwarder=[])
             route = arm.replace("chat", "chat/completions")
-            order = ("direct", "engine_client", "gateway")
+            order = ("direct", "engine_client", "gateway") + (("forwarder",) if forwarder else ())
+            k_arms = len(order)
             for i in range(args.pairs + 3):  # 3 warm-up rounds, not counted
                 got: dict[str, Any] = {}
-                for name in order[i % 3:] + order[:i % 3]:  # each arm first in a third of rounds
+                for name in order[i % k_arms:] + order[:i % k_arms]:  # each arm first as often
                     ids, body = fresh(arm)
                     if name == "direct":
                         got[name] = await direct(ids)
+                    elif name == "forwarder":
+                        got[name] = await direct(ids, forwarder)
                     elif name == "engine_client":
                         got[name] = await engine_client(ids)
                     else:
@@ -242,9 +259,17 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
                              ("added_vs_engine_client", g - got["engine_client"]),
                              ("gateway_inside", ins), ("http_hop", hp), ("gateway_own", ow)):
                     cols[k].append(v)
+                if forwarder is not None:
+                    cols["forwarder"].append(got["forwarder"])
+                    cols["forwarder_added"].append(got["forwarder"] - got["direct"])
+                    cols["gateway_over_forwarder"].append(g - got["forwarder"])
             print(json.dumps({"progress": arm, "rounds": len(cols["added"])}), file=sys.stderr, flush=True)
             out[arm] = {k: _stats(v) for k, v in cols.items()}
-            out[arm]["added"]["p50_ci95_ms"] = _median_ci(cols["added"])
+            for k in ("added", "forwarder_added", "gateway_over_forwarder"):
+                if k in cols:
+                    out[arm][k]["p50_ci95_ms"] = _median_ci(cols[k])
+        if forwarder is not None:
+            out["host_wake_control"] = await _wake_control(http, forwarder, args.pairs)
         out["throughput"] = await _throughput(args, root, gw, client, tok, template)
         out["http_parser"] = gw.http_parser
     out["direct_arm"] = ("engine client (no HTTP server: fake engine)" if args.fake else
@@ -253,6 +278,25 @@ async def _measure(args: argparse.Namespace, client: Any, tok: Any, template: An
     out["target_added_p50_ms"] = 2.0
     out["met"] = p50 is not None and p50 <= 2.0
     return out
+
+
+async def _wake_control(http: Any, forwarder: str, rounds: int) -> dict[str, Any]:
+    """The same loopback hop to a handler that answers at once and to one that first sleeps
+    as long as an emulated engine call (30 ms), alternated: the hop's time outside the
+    handler in each, and the difference (what running again after sleeping costs here)."""
+    from rollbank_bench.gateway_forwarder import SLEEP
+
+    hops: dict[str, list[float]] = {"0": [], "30": []}
+    for i in range(rounds + 3):
+        for ms in ("0", "30") if i % 2 else ("30", "0"):
+            t0 = time.perf_counter()
+            r = await http.post(f"{forwarder}{SLEEP}{ms}", content=b"{}")
+            inside = r.json()["inside_s"]
+            if i >= 3:
+                hops[ms].append(time.perf_counter() - t0 - inside)
+    return {"handler_sleep_ms": 30, "hop_answering_at_once": _stats(hops["0"]),
+            "hop_after_sleeping": _stats(hops["30"]),
+            "difference": _stats([b - a for a, b in zip(hops["0"], hops["30"], strict=True)])}
 
 
 async def _throughput(args: argparse.Namespace, root: str, gw: Any, client: Any, tok: Any,
