@@ -70,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       help="trace: seeded Terminal-Bench-shaped episodes (turns, tokens, tool latency; see "
       "rollbank.episodes.workload); model: the model's own actions (the tiny model's are "
       "uniform: no tail)")
+    a("--harness", choices=("fenced-shell", "chat", "agent"), default=None,
+      help="model workload: the harness (default: the collector's); agent: an unmodified "
+      "agent program through the gateway (--agent-entry)")
+    a("--agent-entry", default=None, metavar="MODULE:FUNCTION",
+      help="--harness agent: the agent program (default: mini-swe-agent, docs/agents.md)")
+    a("--agent-step-limit", type=int, default=None,
+      help="--harness agent: the agent's own step limit (agent.options.step_limit)")
     add_trace_argument(parser)
     a("--max-turns", type=int, default=3, help="model workload: model turns per episode")
     a("--max-tokens", type=int, default=48, help="model workload: tokens per model turn")
@@ -210,6 +217,18 @@ def arm_config(args: argparse.Namespace, arm: str, output: Path | None = None) -
     if getattr(args, "engine_urls", None):  # --engine accel-sim: the emulators, as external servers
         o.update({"inference.kind": "external", "inference.urls": args.engine_urls,
                   "inference.tokenizer": args.model})
+    harness = getattr(args, "harness", None)
+    if harness is not None:
+        if args.workload != "model":
+            from rollbank.errors import UsageError
+
+            raise UsageError(f"--harness {harness} needs --workload model (a trace scripts "
+                             "the episodes: no harness speaks)")
+        o["harness"] = harness
+        if harness == "agent" and args.agent_entry:
+            o["agent.entry"] = args.agent_entry
+        if harness == "agent" and args.agent_step_limit is not None:
+            o["agent.options"] = {"step_limit": args.agent_step_limit}
     if not lv["ready_bank"]:
         o["scheduler.bank.max_retries"] = 0  # slot retries are the bank's
     if args.include is not None:

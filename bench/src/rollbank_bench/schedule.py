@@ -23,6 +23,7 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from rollbank_bench.collect import add_trace_argument
@@ -109,6 +110,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       "shaped trace (rollbank_bench.traces) with the run's measured host costs "
       "(rollbank_bench.schedule_trace)")
     a("--at-servers", type=int, default=None, help="with --at-trace-profile: engines (16)")
+    a("--at-trajectories", type=int, default=0, metavar="N",
+      help="with --from-measured: the measured naive and all-levers arms simulated to N "
+      "trajectories each on their measured inputs, wall/CPU time per arm (--parallel-arms: "
+      "the two at once)")
     a("--what-if-verifier-slots", type=int, default=None, metavar="N",
       help="with --from-measured: also every arm re-simulated with N verifier slots (e.g. one "
       "per sandbox, as on a cluster), time and ratio vs the naive arm so simulated")
@@ -143,9 +148,16 @@ def _main(args: argparse.Namespace) -> dict[str, Any]:
             from rollbank_bench.schedule_predict import predict_main
 
             return predict_main(args)
-        from rollbank_bench.schedule_measured import from_measured_main
+        from rollbank_bench.schedule_measured import from_measured_main, load_measured
 
-        return from_measured_main(args)
+        out = from_measured_main(args)
+        if args.at_trajectories:
+            from rollbank_bench.schedule_measured_scale import at_scale
+
+            out["at_scale"] = at_scale(load_measured(Path(args.from_measured)),
+                                       args.at_trajectories, parallel=args.parallel_arms,
+                                       keep_gc=args.gc)
+        return out
     if args.decision_cost:
         from rollbank_bench.schedule_decision import decision_cost
 

@@ -109,6 +109,20 @@ def test_workload_choice_reaches_every_arm() -> None:
     assert model.workload.kind == "model" and model.runner.max_turns == 4
 
 
+
+def test_an_agent_harness_reaches_every_arm_and_needs_the_model_workload() -> None:
+    a = args("--workload", "model", "--harness", "agent", "--agent-entry",
+             "rollbank.agents.smolagents_agent:agent", "--agent-step-limit", "3")
+    for name in ARMS:
+        c = arm_config(a, name)
+        assert (c.harness, c.agent.entry) == ("agent", "rollbank.agents.smolagents_agent:agent")
+        assert c.agent.options == {"step_limit": 3}
+    assert arm_config(args("--workload", "model"), "naive").harness == \
+        arm_config(args(), "naive").harness  # no --harness: the collector's default
+    with pytest.raises(UsageError, match="--workload model"):
+        arm_config(args("--harness", "chat"), "naive")
+
+
 def test_bank_lever_defaults_per_engine_launch_cap_and_pool() -> None:
     from rollbank_bench.collect import bank_lever
 

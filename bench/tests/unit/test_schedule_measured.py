@@ -222,3 +222,29 @@ def test_what_if_more_verifier_slots_resimulates_every_arm() -> None:
     assert w["verifier_slots"] == 4 and w["arms"]["naive"]["ratio_vs_naive"] == 1.0
     # four verifications that queued behind one slot now run side by side
     assert w["arms"]["naive"]["time_per_batch_s"] < one
+
+
+def test_at_scale_runs_both_measured_arms_to_n_trajectories_keeping_the_spare_groups() -> None:
+    import copy
+
+    from rollbank_bench.schedule_measured_scale import at_scale
+
+    report = _report(10.0, ArmCosts(verify_s=1.0))
+    naive = report["arms"]["naive"]
+    sched = {**naive["sim_inputs"]["scheduler"], "groups_per_batch": 2, "pool_groups": 2,
+             "sandbox_slots": 4, "num_batches": 1, "bank": {"group_size": 2, "min_valid": 1}}
+    naive["sim_inputs"] = {**naive["sim_inputs"], "scheduler": sched}
+    opt = report["arms"]["optimized"] = copy.deepcopy(naive)
+    opt["sim_inputs"]["scheduler"].update(mode="optimized", pool_groups=3, max_groups=3)
+    out = at_scale(report, 40)  # 10 batches of 2 x 2
+    for arm in ("naive", "optimized"):
+        assert out[arm]["batches"] == 10 and out[arm]["trajectories"] == 40
+    # the measured cap (one spare group over one batch) would stop at 3 groups: it grew with
+    # the batches, one spare group still, so at most 10 x 2 + 1 groups of 2 were launched
+    assert 40 <= out["optimized"]["launched"] <= 42
+    assert out["both_arms_wall_s"] == pytest.approx(out["naive"]["wall_s"] + out["optimized"]["wall_s"])
+    del report["arms"]["optimized"]
+    from rollbank.errors import UsageError
+
+    with pytest.raises(UsageError, match="no optimized arm"):
+        at_scale(report, 40)
