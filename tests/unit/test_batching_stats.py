@@ -21,3 +21,14 @@ def test_version_lag_counts_model_tokens_only_per_version() -> None:
     assert max_version([partial, fresh]) == 5
     assert version_lag_histogram([partial, fresh], 5) == {0: 4, 1: 2, 2: 2}
     assert mixed_version_fraction([partial, fresh]) == 0.5
+
+
+def test_lag_histogram_skips_environment_tokens_and_refuses_misaligned_records() -> None:
+    import pytest
+
+    t = _traj([3, 4])  # prompt tokens carry ENV_VERSION with mask 0; model tokens mask 1
+    assert version_lag_histogram([t], 4) == {0: 2, 1: 2}
+    assert version_lag_histogram([], 4) == {}
+    t.loss_mask.append(1)  # one entry more than the versions: a corrupt record
+    with pytest.raises(ValueError, match=r"trajectory t: 8 policy versions for 9 loss-mask"):
+        version_lag_histogram([t], 4)

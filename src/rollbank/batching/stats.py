@@ -9,18 +9,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from itertools import compress
 
 from rollbank.episodes.trajectory import ENV_VERSION, Trajectory
 
 
 def version_lag_histogram(trajectories: Iterable[Trajectory], current_version: int) -> dict[int, int]:
     """``{lag: model token count}`` sorted by lag; lags are >= 0 when versions are consistent."""
-    hist: Counter[int] = Counter()
+    by_version: Counter[int] = Counter()
     for t in trajectories:
-        for v, m in zip(t.policy_versions, t.loss_mask, strict=True):
-            if m and v != ENV_VERSION:
-                hist[current_version - v] += 1
-    return dict(sorted(hist.items()))
+        if len(t.policy_versions) != len(t.loss_mask):
+            raise ValueError(f"trajectory {t.trajectory_id}: {len(t.policy_versions)} policy "
+                             f"versions for {len(t.loss_mask)} loss-mask entries")
+        by_version.update(compress(t.policy_versions, t.loss_mask))  # counted in C
+    by_version.pop(ENV_VERSION, None)
+    return dict(sorted((current_version - v, n) for v, n in by_version.items() if n))
 
 
 def max_version(trajectories: Iterable[Trajectory]) -> int:
