@@ -126,6 +126,8 @@ INSTRUMENTED: tuple[str, ...] = (
     "rollbank.gateway.gateway",
     "rollbank.gateway.serve",
     "rollbank.gateway.tokens",
+    "rollbank.gateway.uvicorn_internals",
+    "rollbank.inference.aiohttp_transport",
     "rollbank.inference.config",
     "rollbank.inference.fake",
     "rollbank.inference.fake_client",
