@@ -92,6 +92,22 @@ def fmt(value: Any, fig: Fig) -> str:
     return f"{text} {fig.unit}".rstrip()
 
 
+#: The measured per-lever ablations' table: every arm of ``bench collect --arms ablation``.
+ABLATION_TABLE: tuple[str, list[str], list[Fig]] = (
+    "ablation.table",
+    ["naive", "sandboxes", "routing", "ready_bank", "overprovision", "optimized",
+     "all_but_sandboxes", "all_but_routing", "all_but_ready_bank", "all_but_overprovision",
+     "naive#2"],
+    [Fig("time per batch", "time_per_batch_s", "{:.1f}", "s"),
+     Fig("/ naive", "ratio_vs_naive", "{:.3f}"),
+     Fig("T_LB / T", "efficiency", "{:.2f}"),
+     Fig("waste of launched", "waste_share_of_launched", "{:.0%}"),
+     Fig("tail share", "tail_share_mean", "{:.2f}"),
+     Fig("engine idle while episodes wait, per batch", "inference_idle_waiting_env_s_per_batch",
+         "{:.0f}", "s"),
+     Fig("binding lower-bound term", "binding_terms[0]")])
+
+
 SECTIONS: list[Section] = [
     Section(
         "Sandboxes", "start, fork and exec latency of bubblewrap sandboxes, local and through Ray",
@@ -154,6 +170,84 @@ SECTIONS: list[Section] = [
         "Measure the arms with `rollbank bench collect --json --engine accel-sim "
         "--trace-profile tb2-reasoning --num-servers 16 --groups 32 --group-size 8 --batches 3 "
         "--arms ablation`."),
+    Section(
+        "Per-lever ablation on the agent-shaped trace, measured: the host binds",
+        "the eleven arms of the prediction above run for real at 32 groups x 8, 3 batches each, "
+        "on the tb2-reasoning trace (time / 30), 16 emulated H100s, 256 sandbox slots, naive "
+        "run twice (first and middle)", EMULATED,
+        "rollbank bench collect --json --engine accel-sim --trace-profile tb2-reasoning "
+        "--groups 32 --group-size 8 --batches 3 --sandbox-slots 256 --num-servers 16 "
+        "--arms ablation",
+        "bench-collect-accelsim-tb2-32x8-ablation-host-bound-2026-12-03.json",
+        table=ABLATION_TABLE,
+        figs=[Fig("all levers / naive (target 0.25)", "ablation.all_levers_ratio_vs_naive", "{:.3f}"),
+              Fig("host load, 1-minute mean during the naive arm (2 cores)",
+                  "arms.naive.host.load_1m_mean", "{:.1f}"),
+              Fig("host CPU busy during the naive arm", "arms.naive.host.cpu_busy_share", "{:.0%}"),
+              Fig("verifier work in naive's first batch", "arms.naive.lower_bound_terms[0].verifier_work_s",
+                  "{:.0f}", "s"),
+              Fig("emulated inference work in naive's first batch",
+                  "arms.naive.lower_bound_terms[0].inference_work_s", "{:.0f}", "s")],
+        note="Not the headline: at time / 30 the emulated accelerators and tool waits shrink "
+        "thirty-fold but the host's own work does not (the sandboxes' commands, the real verifiers), "
+        "so the two cores run flat out in every arm and the batch's lower bound is the "
+        "verifier work as measured on that saturated host, which no scheduling lever shortens. Every arm is already within "
+        "6% of that bound (T_LB / T), so the arms differ only by the work they add: "
+        "over-provisioning without the bank's completion (aborted open groups) adds 43% "
+        "waste and is the slowest. The prediction above assumed the quiet host's costs; on "
+        "the realistic trace at this compression they are not what this host delivers. The "
+        "section below runs the same trace at time / 10, where the host is not the bound."),
+    Section(
+        "Per-lever ablation on the agent-shaped trace, measured at time / 10",
+        "the same eleven arms with the trace's times compressed ten-fold instead of thirty, "
+        "so the host is not the bound: 32 groups x 8, 3 batches each, 16 emulated H100s, 256 "
+        "sandbox slots, naive run twice (first and middle)", EMULATED,
+        "rollbank bench collect --json --engine accel-sim --trace-profile tb2-reasoning "
+        "--time-scale 10 --groups 32 --group-size 8 --batches 3 --sandbox-slots 256 "
+        "--num-servers 16 --arms ablation",
+        "bench-collect-accelsim-tb2-32x8-time10-ablation-2026-12-03.json",
+        table=ABLATION_TABLE,
+        figs=[Fig("all levers / naive (target 0.25)", "ablation.all_levers_ratio_vs_naive", "{:.3f}"),
+              Fig("host CPU busy during the naive arm", "arms.naive.host.cpu_busy_share", "{:.0%}"),
+              Fig("host CPU busy during the all-levers arm", "arms.optimized.host.cpu_busy_share", "{:.0%}")],
+        note="Not the 0.25 target. With a sandbox slot per attempt, naive launches the whole "
+        "batch at once and waits for its slowest episode; the levers can only take away the "
+        "tail above the groups the bank keeps (and the cold-start and prefill costs, small next "
+        "to 20-turn episodes). The bank and over-provisioning carry the whole gain and only together "
+        "(each removed from all costs 38-40%; each alone is slower than naive). Cache-aware "
+        "routing costs here: alone 1.12x naive, and all levers without it are 6% faster than "
+        "with it, although it raises the prefix-cache hit rate from about 0.38 to 0.95 and "
+        "lowers the engines' busy time (the JSON's `prefix_cache_hit_rate`, `inference_busy_s`). "
+        "The likely reading, not isolated: a group's eight long contexts share one server, whose "
+        "decode steps then read more KV (the emulated engine charges the KV read of every "
+        "decoding context), so the slowest group, which sets the batch, decodes slower. An earlier two-arm run of the same configuration gave "
+        "all levers / naive 0.764 (`bench-collect-accelsim-tb2-32x8-time10-2026-12-03.json`)."),
+    Section(
+        "Simulator against the realistic runs",
+        "the real scheduler in virtual time on the inputs measured in the time / 10 run of "
+        "naive and all levers (its task sequence, scheduler config, trace plans and measured "
+        "host costs), the emulated accelerator's step model as the engine", VIRTUAL,
+        "rollbank bench schedule --from-measured docs/measurements/bench-collect-accelsim-"
+        "tb2-32x8-time10-2026-12-03.json --json",
+        "schedule-from-measured-tb2-32x8-time10-2026-12-03.json",
+        [Fig("naive, measured time per batch", "arms.naive.measured_s", "{:.1f}", "s"),
+         Fig("naive, simulated", "arms.naive.simulated_s", "{:.1f}", "s"),
+         Fig("naive, error (target 10%)", "arms.naive.error", "{:+.0%}"),
+         Fig("all levers, measured", "arms.optimized.measured_s", "{:.1f}", "s"),
+         Fig("all levers, simulated", "arms.optimized.simulated_s", "{:.1f}", "s"),
+         Fig("all levers, error (target 10%)", "arms.optimized.error", "{:+.0%}"),
+         Fig("all levers / naive, measured", "ratio_vs_naive.optimized.measured", "{:.3f}"),
+         Fig("all levers / naive, simulated", "ratio_vs_naive.optimized.simulated", "{:.3f}"),
+         Fig("measured call overhead beyond a lone decode, naive (the simulator adds it per call)",
+             "arms.naive.costs.call_s", "{:.2f}", "s")],
+        note="The simulator does not reproduce the realistic runs (it did the compressed trace "
+        "within 2%, below). Two of its inputs part ways with the emulator on long contexts: the "
+        "per-call overhead is taken as a call's measured time beyond a lone decode, which on "
+        "this trace includes the batching and KV-read time the engine model charges again; and "
+        "with that overhead near zero the naive arm is still far too slow, most of it in the "
+        "per-context decode term (the KV read of the contexts in service), which the simulator "
+        "charges from the contexts in service when a call starts. The predicted ablation above "
+        "carries the same model and is not a measurement of these arms."),
     Section(
         "Time to a trainable batch (headline, compressed scripted trace)", "naive collection vs every lever (cache-aware "
         "routing, warm forked sandboxes, ready bank with over-provisioning) at 32 groups x 8, 3 batches",
