@@ -189,12 +189,12 @@ SECTIONS: list[Section] = [
               Fig("emulated inference work in naive's first batch",
                   "arms.naive.lower_bound_terms[0].inference_work_s", "{:.0f}", "s")],
         note="Not the headline: at time / 30 the emulated accelerators and tool waits shrink "
-        "thirty-fold but the host's own work does not (the sandboxes' commands, the real verifiers), "
-        "so the two cores run flat out in every arm and the batch's lower bound is the "
-        "verifier work as measured on that saturated host, which no scheduling lever shortens. Every arm is already within "
-        "6% of that bound (T_LB / T), so the arms differ only by the work they add: "
-        "over-provisioning without the bank's completion (aborted open groups) adds 43% "
-        "waste and is the slowest. The prediction above assumed the quiet host's costs; on "
+        "thirty-fold but the host's own work does not (the sandboxes' commands, the real "
+        "verifiers), so the two cores run flat out in every arm and the batch's lower bound is the "
+        "verifier work as measured on that saturated host, which no scheduling lever "
+        "shortens. Every arm is already close to that bound (T_LB / T), so the arms differ "
+        "only by the work they add: over-provisioning without the bank's completion (aborted "
+        "open groups) wastes the most and is the slowest. The prediction above assumed the quiet host's costs; on "
         "the realistic trace at this compression they are not what this host delivers. The "
         "section below runs the same trace at time / 10, where the host is not the bound."),
     Section(
@@ -209,19 +209,30 @@ SECTIONS: list[Section] = [
         table=ABLATION_TABLE,
         figs=[Fig("all levers / naive (target 0.25)", "ablation.all_levers_ratio_vs_naive", "{:.3f}"),
               Fig("host CPU busy during the naive arm", "arms.naive.host.cpu_busy_share", "{:.0%}"),
-              Fig("host CPU busy during the all-levers arm", "arms.optimized.host.cpu_busy_share", "{:.0%}")],
+              Fig("host CPU busy during the all-levers arm", "arms.optimized.host.cpu_busy_share",
+                  "{:.0%}"),
+              Fig("all but the ready bank / all levers",
+                  "ablation.levers.ready_bank.removed_from_all_ratio_vs_all", "{:.3f}"),
+              Fig("all but over-provisioning / all levers",
+                  "ablation.levers.overprovision.removed_from_all_ratio_vs_all", "{:.3f}"),
+              Fig("all but routing / all levers",
+                  "ablation.levers.routing.removed_from_all_ratio_vs_all", "{:.3f}"),
+              Fig("prefix-cache hit rate, naive (first batch)", "arms.naive.prefix_cache_hit_rate[0]",
+                  "{:.2f}"),
+              Fig("prefix-cache hit rate, routing alone (first batch)",
+                  "arms.routing.prefix_cache_hit_rate[0]", "{:.2f}")],
         note="Not the 0.25 target. With a sandbox slot per attempt, naive launches the whole "
         "batch at once and waits for its slowest episode; the levers can only take away the "
         "tail above the groups the bank keeps (and the cold-start and prefill costs, small next "
-        "to 20-turn episodes). The bank and over-provisioning carry the whole gain and only together "
-        "(each removed from all costs 38-40%; each alone is slower than naive). Cache-aware "
-        "routing costs here: alone 1.12x naive, and all levers without it are 6% faster than "
-        "with it, although it raises the prefix-cache hit rate from about 0.38 to 0.95 and "
-        "lowers the engines' busy time (the JSON's `prefix_cache_hit_rate`, `inference_busy_s`). "
-        "The likely reading, not isolated: a group's eight long contexts share one server, whose "
+        "to 20-turn episodes). The bank and over-provisioning carry the whole gain and only "
+        "together: each removed from all slows the batch, each alone is slower than naive. "
+        "Cache-aware routing costs here, alone and within all levers, although it raises the "
+        "prefix-cache hit rate and lowers the engines' busy time (`inference_busy_s`). The "
+        "likely reading, not isolated: a group's eight long contexts share one server, whose "
         "decode steps then read more KV (the emulated engine charges the KV read of every "
-        "decoding context), so the slowest group, which sets the batch, decodes slower. An earlier two-arm run of the same configuration gave "
-        "all levers / naive 0.764 (`bench-collect-accelsim-tb2-32x8-time10-2026-12-03.json`)."),
+        "decoding context), so the slowest group, which sets the batch, decodes slower. An "
+        "earlier two-arm run of the same configuration is "
+        "`bench-collect-accelsim-tb2-32x8-time10-2026-12-03.json`, the simulator's input below."),
     Section(
         "Simulator against the realistic runs",
         "the real scheduler in virtual time on the inputs measured in the time / 10 run of "
@@ -240,8 +251,8 @@ SECTIONS: list[Section] = [
          Fig("all levers / naive, simulated", "ratio_vs_naive.optimized.simulated", "{:.3f}"),
          Fig("measured call overhead beyond a lone decode, naive (the simulator adds it per call)",
              "arms.naive.costs.call_s", "{:.2f}", "s")],
-        note="The simulator does not reproduce the realistic runs (it did the compressed trace "
-        "within 2%, below). Two of its inputs part ways with the emulator on long contexts: the "
+        note="The simulator does not reproduce the realistic runs (it does the compressed "
+        "trace, below). Two of its inputs part ways with the emulator on long contexts: the "
         "per-call overhead is taken as a call's measured time beyond a lone decode, which on "
         "this trace includes the batching and KV-read time the engine model charges again; and "
         "with that overhead near zero the naive arm is still far too slow, most of it in the "
