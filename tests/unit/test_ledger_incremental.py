@@ -69,9 +69,9 @@ def _drive(sched: Scheduler) -> Ledger:
                     sched.ack(d.batch.index)
         if sched.done or not sim.heap:
             break
-        t, _, phase, key = heapq.heappop(sim.heap)
+        t, n, phase, key = heapq.heappop(sim.heap)
         clock.set(t)
-        sim.dispatch(t, phase, key)
+        sim.dispatch(t, n, phase, key)
     return sched.bank.ledger
 
 

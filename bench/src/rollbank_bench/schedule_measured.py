@@ -25,6 +25,7 @@ as median and worst over N scheduler seeds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -45,8 +46,28 @@ def load_measured(path: Path) -> dict[str, Any]:
     if report.get("benchmark") != "collect":
         raise UsageError(f"--from-measured {path}: not a `rollbank bench collect` JSON")
     profile = _accel_profile(report)
+    limit = (report.get("trace_profile") or {}).get("max_model_len")
+    long_ctx = bool((report.get("engine") or {}).get("token_scale"))
     for name, arm in report.get("arms", {}).items():
-        if "error" in arm or "sim_inputs" in arm:
+        if "error" in arm:
+            continue
+        inputs = arm.get("sim_inputs")
+        if inputs is not None and long_ctx and "lone_calls" not in (inputs.get("plan_check") or {}):
+            # a long-context report from before the call overhead was measured on lone calls:
+            # re-read the arm's episodes if they are still there, else no overhead (its old
+            # figure counted the batching the simulator charges itself)
+            out = Path(str(arm.get("output", "")))
+            if (out / "config.resolved.json").is_file():  # the same task sequence and budgets
+                inputs = arm["sim_inputs"] = arm_inputs(
+                    out, task_ids=inputs["task_ids"], budgets=inputs.get("budgets"),
+                    verifier_slots=inputs["scheduler"].get("verifier_slots"),
+                    accel_profile=profile)
+            else:
+                inputs["costs"] = {**inputs["costs"], "call_s": 0.0}
+                inputs["call_s_note"] = "not measured on lone calls in this report: 0 assumed"
+        if inputs is not None:
+            if limit and "context" not in inputs:  # a report from before it was kept
+                inputs["context"] = {"max_model_len": int(limit), "min_new_tokens": 16}
             continue
         out = Path(str(arm.get("output", "")))
         if not (out / "config.resolved.json").is_file():
@@ -70,7 +91,7 @@ def _accel_profile(report: dict[str, Any]) -> Any:
 
 
 def capacity_for(report: dict[str, Any], costs: ArmCosts,
-                 prefix_cache: bool = True) -> SimCapacity:
+                 prefix_cache: bool = True, kv_read: bool = True) -> SimCapacity:
     """The measured run's engines: accelsim profile at the arm's prompt length plus the
     measured per-call overhead, as many servers as ran. A ``--trace-profile`` run (scaled
     engine) gets the long-context model (:func:`~rollbank_bench.sim_inputs.sim_profile_long`)
@@ -85,10 +106,21 @@ def capacity_for(report: dict[str, Any], costs: ArmCosts,
         raise UsageError("--from-measured: only accel-sim runs are modelled (the CPU regime's "
                          "inference shares the sandboxes' cores, which the simulator does not model)")
     if (report.get("engine") or {}).get("token_scale"):
-        return SimCapacity(servers, sim_profile_long(accel, call_s=costs.call_s),
-                           prefix_cache=prefix_cache)
+        prof = sim_profile_long(accel, call_s=costs.call_s)
+        if not kv_read:  # what-if: decode steps that do not read the contexts' KV
+            prof = dataclasses.replace(prof, decode_s_per_ctx_token=0.0)
+        return SimCapacity(servers, prof, prefix_cache=prefix_cache, router=_router(prefix_cache))
     return SimCapacity(servers, sim_profile(accel, context_tokens=costs.prompt_tokens,
                                             call_s=costs.call_s))
+
+
+def _router(cache_aware: bool) -> Any:
+    """The real router the arm ran (``bench collect``'s routing lever: cache-aware or round
+    robin, the router's other settings its defaults), as the simulator builds it."""
+    from rollbank.routing.factory import make_router
+
+    policy = "cache_aware" if cache_aware else "round_robin"
+    return lambda servers, clock: make_router(policy, servers, clock)
 
 
 def budgeted(tools: list[float], budget: float | None) -> list[float]:
@@ -107,12 +139,38 @@ def budgeted(tools: list[float], budget: float | None) -> list[float]:
     return out
 
 
+def context_limited(turns: list[tuple[int, int, float]],
+                    context: dict[str, int] | None) -> list[tuple[int, int, float]]:
+    """(new prompt tokens, generated tokens, tool seconds) per turn under the runner's context
+    rule (``episodes/runner.py``): a turn generates at most the room left in ``max_model_len``
+    and is not taken with less than ``min_new_tokens`` of room; an observation after which no
+    turn would fit ends the episode after that turn's command (``context_exhausted``, then the
+    verifier as usual). ``context`` None: unlimited."""
+    if not context:
+        return turns
+    limit, floor = int(context["max_model_len"]), int(context.get("min_new_tokens", 16))
+    out: list[tuple[int, int, float]] = []
+    ctx = 0
+    for k, (prompt, tokens, tool) in enumerate(turns):
+        ctx += prompt
+        room = limit - ctx
+        if room < floor:
+            break
+        tokens = min(tokens, room)
+        ctx += tokens
+        out.append((prompt, tokens, tool))
+        if k + 1 < len(turns) and ctx + turns[k + 1][0] + floor > limit:
+            break
+    return out
+
+
 def episode_model(inputs: dict[str, Any], costs: ArmCosts) -> Any:
     """Attempt -> :class:`SimEpisode`: the arm's trace plan with its measured costs."""
     from rollbank.episodes.workload import TraceWorkload, WorkloadConfig
 
     w = TraceWorkload(WorkloadConfig.model_validate(inputs["workload"]))
     budgets: dict[str, float] = inputs.get("budgets") or {}
+    context = inputs.get("context")
     memo: dict[tuple[str, int], SimEpisode] = {}
 
     def fn(spec: Any) -> SimEpisode:
@@ -123,13 +181,15 @@ def episode_model(inputs: dict[str, Any], costs: ArmCosts) -> Any:
             # the budget counts a command's whole billed time, its round trip included
             tools = budgeted([t.tool_s + costs.turn_overhead_s for t in plan],
                              budgets.get(spec.task_id))
-            last = len(tools) - 1
             per_char = costs.obs_tokens_per_char  # the previous turn's printed output
-            turns = tuple(
-                SimTurn(costs.obs_tokens + round(per_char * plan[k - 1].obs_chars) if k
-                        else costs.prompt_tokens, t.tokens,
-                        tool + (costs.close_s if k == last else 0.0))
-                for k, (t, tool) in enumerate(zip(plan[:len(tools)], tools, strict=True)))
+            kept = context_limited(
+                [(costs.obs_tokens + round(per_char * plan[k - 1].obs_chars) if k
+                  else costs.prompt_tokens, t.tokens, tool)
+                 for k, (t, tool) in enumerate(zip(plan[:len(tools)], tools, strict=True))],
+                context)
+            last = len(kept) - 1
+            turns = tuple(SimTurn(p, n, tool + (costs.close_s if k == last else 0.0))
+                          for k, (p, n, tool) in enumerate(kept))
             ep = memo[key] = SimEpisode(costs.setup_s, turns=turns, verify_s=costs.verify_s)
         return ep
 
@@ -138,8 +198,8 @@ def episode_model(inputs: dict[str, Any], costs: ArmCosts) -> Any:
 
 def simulate_arm(report: dict[str, Any], inputs: dict[str, Any],
                  overrides: dict[str, Any] | None = None,
-                 costs: ArmCosts | None = None,
-                 prefix_cache: bool = True) -> tuple[SimResult, dict[str, Any]]:
+                 costs: ArmCosts | None = None, prefix_cache: bool = True,
+                 kv_read: bool = True) -> tuple[SimResult, dict[str, Any]]:
     """One arm in virtual time on its measured inputs (``overrides``: scheduler fields;
     ``prefix_cache``: the arm routed cache-aware, see :func:`capacity_for`)."""
     from rollbank.scheduling.config import SchedulerConfig
@@ -148,7 +208,7 @@ def simulate_arm(report: dict[str, Any], inputs: dict[str, Any],
     cfg = SchedulerConfig.model_validate({**inputs["scheduler"], **(overrides or {})})
     events: list[Any] = []
     res = simulate(cfg, inputs["task_ids"], episode_model(inputs, costs),
-                   capacity=capacity_for(report, costs, prefix_cache), events=events)
+                   capacity=capacity_for(report, costs, prefix_cache, kv_read), events=events)
     waste_s = sum(float(getattr(e, "held_s", 0.0)) for e in events
                   if getattr(getattr(e, "kind", None), "value", None) == "waste")
     consumed_s = sum(b.accounting.consumed_s for b in res.batches)
@@ -162,6 +222,8 @@ def simulate_arm(report: dict[str, Any], inputs: dict[str, Any],
         if waste_s + consumed_s else 0.0,
         "verifier_wait_s": round(res.verifier_wait_s, 1),
         "inference_wait_s": round(res.inference_wait_s, 1),
+        "prefix_hit_rate": round(res.cached_tokens / (res.cached_tokens + res.prefill_tokens), 3)
+        if res.cached_tokens + res.prefill_tokens else None,
     }
 
 
@@ -179,6 +241,7 @@ def compare(report: dict[str, Any]) -> dict[str, Any]:
         inputs = arm["sim_inputs"]
         _, sim = simulate_arm(report, inputs, prefix_cache=_routed(arm))
         meas = float(arm["time_per_batch_s"])
+        hits = arm.get("prefix_cache_hit_rate") or []
         ledger = arm.get("ledger", {})
         launched = int(ledger.get("launched", 0))
         arms[name] = {
@@ -192,6 +255,9 @@ def compare(report: dict[str, Any]) -> dict[str, Any]:
             "simulated_waste_share_of_launched": sim["waste_share_of_launched"],
             "measured_waste_share_of_sandbox_s": arm.get("waste", {}).get("share"),
             "simulated_waste_share_of_sandbox_s": sim["waste_share_of_sandbox_s"],
+            # the engines' prefix-cache hit rate per batch, measured; over the run, simulated
+            "measured_prefix_hit_rate": [round(float(h), 3) for h in hits],
+            "simulated_prefix_hit_rate": sim["prefix_hit_rate"],
             "costs": inputs["costs"], "plan_check": inputs.get("plan_check"),
         }
     naive = arms.get("naive")
@@ -301,6 +367,8 @@ def from_measured_main(args: argparse.Namespace) -> dict[str, Any]:
     }
     if report.get("repeats"):
         out["repeats"] = per_repeat(report)
+    if (report.get("engine") or {}).get("token_scale"):
+        out["what_if_no_kv_read"] = what_if_no_kv_read(report)
     if getattr(args, "what_if_verifier_slots", None):
         out["what_if_verifier_slots"] = what_if_verifiers(report, args.what_if_verifier_slots)
     if args.sweep:
@@ -318,6 +386,21 @@ def what_if_verifiers(report: dict[str, Any], slots: int) -> dict[str, Any]:
     return {"verifier_slots": slots, "arms": {
         k: {"time_per_batch_s": a["time_per_batch_s"], "launched": a["launched"],
             "waste_share_of_launched": a["waste_share_of_launched"],
+            "ratio_vs_naive": round(a["time_per_batch_s"] / naive, 3) if naive else None}
+        for k, a in arms.items()}}
+
+
+def what_if_no_kv_read(report: dict[str, Any]) -> dict[str, Any]:
+    """Long-context runs: every arm on its measured inputs with decode steps that do not read
+    the contexts' KV (the engine's per-context term zeroed), against naive simulated alike;
+    what the KV read costs each lever (e.g. cache-aware routing keeping a group's long
+    contexts on one server)."""
+    arms = {name: simulate_arm(report, arm["sim_inputs"], prefix_cache=_routed(arm),
+                               kv_read=False)[1]
+            for name, arm in report.get("arms", {}).items() if "error" not in arm}
+    naive = arms.get("naive", {}).get("time_per_batch_s")
+    return {"arms": {
+        k: {"time_per_batch_s": a["time_per_batch_s"],
             "ratio_vs_naive": round(a["time_per_batch_s"] / naive, 3) if naive else None}
         for k, a in arms.items()}}
 

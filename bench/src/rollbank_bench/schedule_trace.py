@@ -6,8 +6,8 @@ set-up of the fresh-start and of the forked arms, a command's round trip, the ca
 the verifier run, close) are kept. Everything else is what ``bench collect --trace-profile
 NAME`` would run (:mod:`rollbank_bench.collect_args`: each ablation arm's scheduler config,
 the trace profile's workload, ``--at-servers`` engines at the profile's token and time
-scales), simulated with the long-context model (:func:`~rollbank_bench.sim_inputs.sim_profile_long`;
-arms without cache-aware routing prefill every prompt whole). Per arm over ``--sweep-seeds``
+scales), simulated with the long-context model (:func:`~rollbank_bench.sim_inputs.sim_profile_long`,
+the real router of each arm, the runner's context limit at the trace's ``max_model_len``). Per arm over ``--sweep-seeds``
 seeds: time per batch, ratio vs naive, waste; with ``--what-if-verifier-slots N`` also with N
 verifier slots (one per sandbox) instead of the host's.
 """
@@ -51,7 +51,8 @@ def arm_inputs_at_trace(report: dict[str, Any], args: argparse.Namespace,
     sched["verifier_slots"] = measured["scheduler"]["verifier_slots"]
     costs = {**measured["costs"], "obs_tokens_per_char": TOKENS_PER_CHAR}
     return {**measured, "scheduler": sched, "workload": cfg.workload.model_dump(mode="json"),
-            "costs": costs}
+            "costs": costs, "context": {"max_model_len": cfg.runner.max_model_len,
+                                        "min_new_tokens": cfg.runner.min_new_tokens}}
 
 
 def predict_at_trace(report: dict[str, Any], trace: str, *, servers: int = 16, seeds: int = 1,

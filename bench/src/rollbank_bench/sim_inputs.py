@@ -164,12 +164,47 @@ def _planned_sleep(action: str) -> float | None:
     return None
 
 
+def lone_call_overhead(records: Sequence[dict[str, Any]],
+                       profile: LatencyProfile) -> tuple[float | None, int]:
+    """(median seconds a generate call took beyond the long-context ``profile``'s engine time,
+    over the calls that had their server to themselves; how many such calls there were).
+
+    A call alone on its server costs the engine its uncached prefill plus ``n`` decode steps
+    at batch 1, the context growing from its prompt by one token a step:
+    ``n (decode_s(1) + per_ctx L) + per_ctx n^2 / 2``. Only lone calls are compared: on a
+    busy server the rest of a call's time is the batching and KV read the simulator charges
+    itself (:mod:`rollbank.scheduling.sim.fluid`), so a median over every call counts it
+    twice. None when no call ran alone."""
+    by_server: dict[str, list[tuple[float, float, int, int, int]]] = {}
+    for r in records:
+        for x in r.get("spans") or []:
+            if x.get("kind") == "inference" and x.get("server"):
+                by_server.setdefault(str(x["server"]), []).append((
+                    float(x["start"]), float(x["end"]), int(x.get("prompt_tokens") or 0),
+                    int(x.get("cached_tokens") or 0), int(x.get("gen_tokens") or 0)))
+    d1, per_ctx = profile.decode_s(1), profile.decode_s_per_ctx_token
+    excess: list[float] = []
+    for calls in by_server.values():
+        calls.sort()
+        busy_until = float("-inf")  # the latest end among the calls that started before
+        for i, (start, end, prompt, cached, gen) in enumerate(calls):
+            nxt = calls[i + 1][0] if i + 1 < len(calls) else float("inf")
+            if busy_until <= start and nxt >= end:
+                engine = ((prompt - cached) * profile.prefill_s_per_token
+                          + gen * (d1 + per_ctx * prompt) + per_ctx * gen * gen / 2.0)
+                excess.append(end - start - engine)
+            busy_until = max(busy_until, end)
+    return (statistics.median(excess) if excess else None), len(excess)
+
+
 def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorkload,
                         profile: LatencyProfile,
                         verifier_slots: int = 2) -> tuple[ArmCosts, dict[str, int]]:
     """:class:`ArmCosts` from episode records (``rollbank.episode/1``) and the plan check
     (finished attempts, how many ran their plan's sleeps exactly). ``profile`` has
-    ``call_s = 0``: the call overhead is what the measured calls took beyond it."""
+    ``call_s = 0``: the call overhead is what the measured calls took beyond it; with the
+    long-context model (a ``decode_s_per_ctx_token`` profile) only the calls that ran alone
+    on their server count (:func:`lone_call_overhead`)."""
     setup, verify, close, overhead, call, prompt, obs = [], [], [], [], [], [], []
     per_char = TOKENS_PER_CHAR if workload.config.observation_chars_median > 0 else 0.0
     busy = [(float(x["start"]), float(x["end"])) for r in records
@@ -210,13 +245,18 @@ def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorklo
                 obs.append((len(ids) - int(tok["prompt_len"]) - gen - printed)
                            / (len(steps) - 1))
     d = ArmCosts()
+    check = {"finished": len(setup), "ran_planned_sleeps": matched}
+    call_s = _median(call, 0.0)
+    if profile.decode_s_per_ctx_token > 0:
+        lone, check["lone_calls"] = lone_call_overhead(records, profile)
+        call_s = lone or 0.0
     costs = ArmCosts(
         setup_s=_median(setup, d.setup_s), turn_overhead_s=max(0.0, _median(overhead, 0.0)),
-        call_s=max(0.0, _median(call, 0.0)), verify_s=_mean(verify, d.verify_s),
+        call_s=max(0.0, call_s), verify_s=_mean(verify, d.verify_s),
         close_s=max(0.0, _median(close, d.close_s)),
         prompt_tokens=round(_median(prompt, d.prompt_tokens)),
         obs_tokens=round(_median(obs, d.obs_tokens)), obs_tokens_per_char=per_char)
-    return costs, {"finished": len(setup), "ran_planned_sleeps": matched}
+    return costs, check
 
 
 def arm_inputs(out_dir: Path, *, task_ids: Sequence[str] | None = None,
@@ -241,10 +281,17 @@ def arm_inputs(out_dir: Path, *, task_ids: Sequence[str] | None = None,
     slots = sched.get("verifier_slots") or verifier_slots or cfg["runner"].get("verifier_slots") or 2
     records = _episodes(out_dir)
     prompt = _median((float(r.get("tokens", {}).get("prompt_len") or 0) for r in records), 512.0)
-    base = sim_profile(accel_profile, context_tokens=round(prompt)) if accel_profile is not None \
-        else LatencyProfile()
+    if accel_profile is None:
+        base = LatencyProfile()
+    elif float(getattr(accel_profile, "token_scale", 1.0)) != 1.0:  # the long-context model
+        base = sim_profile_long(accel_profile)
+    else:
+        base = sim_profile(accel_profile, context_tokens=round(prompt))
     costs, check = costs_from_episodes(records, TraceWorkload(wcfg), base, int(slots))
+    runner = cfg.get("runner") or {}
     return {"scheduler": {**sched, "verifier_slots": int(slots)},
+            "context": {"max_model_len": int(runner.get("max_model_len", 2048)),
+                        "min_new_tokens": int(runner.get("min_new_tokens", 16))},
             "workload": wcfg.model_dump(mode="json"), "task_ids": list(task_ids),
             "budgets": dict(budgets or {}),
             "costs": costs.to_dict(), "plan_check": check}

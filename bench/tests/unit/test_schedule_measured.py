@@ -192,7 +192,8 @@ def test_scaled_accelsim_profile_maps_to_the_long_context_model() -> None:
     # one wire token alone at wire context L costs the engine's scaled step: k (base + per_seq
     # + k L per_ctx) / c
     want = accel.step_time(decode_seqs=1, decode_ctx_tokens=500)
-    assert p.generate_ctx_s(0, 1, 1, 500) - 0.01 == pytest.approx(want)
+    assert p.decode_s(1) + p.decode_s_per_ctx_token * 500 == pytest.approx(want)
+    assert p.call_s == 0.01
     assert p.kv_tokens == accel.kv_capacity_blocks * accel.block_size == 450_000 // 16 // 16 * 16
     assert p.prefill_s_per_token == pytest.approx(16 * 5e-5 / 30)
 
@@ -248,3 +249,43 @@ def test_at_scale_runs_both_measured_arms_to_n_trajectories_keeping_the_spare_gr
 
     with pytest.raises(UsageError, match="no optimized arm"):
         at_scale(report, 40)
+
+
+def test_turns_stop_where_the_runner_runs_out_of_context() -> None:
+    """Regression: the simulator ran every planned turn, though the runner ends an episode
+    whose next turn would not fit ``max_model_len`` (25 of 768 naive attempts on the tb2 trace
+    at 8192 tokens, the batch's slowest among them: the simulated tail ran 48-50 turns where
+    the measured one stopped at 31)."""
+    from rollbank_bench.schedule_measured import context_limited
+
+    turns = [(100, 50, 1.0), (30, 50, 1.0), (30, 50, 1.0), (30, 50, 1.0)]
+    assert context_limited(turns, None) == turns
+    # 100 + 50 + 30 + 50 = 230; the next observation (30) + 16 would pass 270
+    assert context_limited(turns, {"max_model_len": 270, "min_new_tokens": 16}) == turns[:2]
+    # the room left caps a turn's tokens: 100 + 30 = 130 of 160, 30 left
+    assert context_limited(turns, {"max_model_len": 160, "min_new_tokens": 16}) == [
+        (100, 50, 1.0)]
+    assert context_limited([(100, 50, 1.0)], {"max_model_len": 120, "min_new_tokens": 16}) == [
+        (100, 20, 1.0)]
+    assert context_limited([(100, 50, 1.0)], {"max_model_len": 110, "min_new_tokens": 16}) == []
+
+
+def test_the_call_overhead_of_the_long_context_model_comes_from_calls_alone() -> None:
+    """Regression: the overhead was a call's time beyond a lone decode at the prompt's length,
+    over all calls (1.32 s on the tb2 trace), counting the batching and KV read that the
+    simulator charges again; only calls alone on their server measure it."""
+    from rollbank_bench.sim_inputs import lone_call_overhead
+
+    prof = LatencyProfile("p", prefill_s_per_token=0.0, decode_s_per_token=0.01,
+                          decode_batch_slope=0.0, decode_s_per_ctx_token=1e-5)
+
+    def span(start: float, dur: float, server: str = "a") -> dict[str, Any]:
+        return {"kind": "inference", "start": start, "end": start + dur, "server": server,
+                "prompt_tokens": 1000, "cached_tokens": 1000, "gen_tokens": 10}
+
+    lone = 10 * (0.01 + 1e-5 * 1000) + 1e-5 * 50  # 10 tokens from 1000 of context
+    recs = [{"spans": [span(0.0, lone + 0.02), span(1.0, 5.0), span(2.0, 5.0),
+                       span(2.5, lone + 0.04, "b"), span(10.0, lone + 0.03)]}]
+    over, n = lone_call_overhead(recs, prof)
+    assert n == 3 and over == pytest.approx(0.03)  # the two overlapping calls left out
+    assert lone_call_overhead([{"spans": [span(0.0, 5.0), span(1.0, 5.0)]}], prof) == (None, 0)

@@ -16,16 +16,24 @@ their new (observation) tokens, the conversation before them being cached. The c
 unbounded (no eviction). Pure data and arithmetic; no I/O.
 
 Long contexts (both off by default, which is the model above exactly):
-``decode_s_per_ctx_token`` charges every decode step for the KV read of the contexts of all
-calls in service on the server (itself included), so a turn late in a long conversation
-decodes slower; ``kv_tokens`` caps those contexts' sum per server (the engine's KV cache): a
-call that does not fit waits, holding its inference slot, until calls finish (FIFO), as
-vLLM's admission without preemption (and accel-sim) does.
+``decode_s_per_ctx_token`` charges every decode step for the KV read of the contexts of the
+calls in service on the server at that step (itself included, each growing a token a step:
+:mod:`rollbank.scheduling.sim.fluid`), so a turn late in a long conversation decodes slower
+and speeds up as its neighbours leave; ``kv_tokens`` caps those contexts' sum per server (the
+engine's KV cache): a call that does not fit waits, holding its inference slot, until calls
+finish (FIFO), as vLLM's admission without preemption (and accel-sim) does. With a ``router``
+(the real one, built on the simulation's clock) every call goes where it says, and the prefix
+cache is the engine's: a server holds the group prompts and conversations its calls left
+there, least recently used evicted down to its KV less the running calls' outputs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from rollbank.clock import Clock
+from rollbank.routing.router import Router
 
 
 @dataclass(frozen=True)
@@ -52,14 +60,6 @@ class LatencyProfile:
         return (self.call_s + prefill_tokens * self.prefill_s_per_token
                 + decode_tokens * self.decode_s(batch))
 
-    def generate_ctx_s(self, prefill_tokens: int, decode_tokens: int, batch: int,
-                       batch_context: int) -> float:
-        """:meth:`generate_s` with each decode step also reading ``batch_context`` tokens of KV
-        (the contexts of the calls in service on the server, this one included)."""
-        return (self.call_s + prefill_tokens * self.prefill_s_per_token
-                + decode_tokens * (self.decode_s(batch)
-                                   + self.decode_s_per_ctx_token * batch_context))
-
 
 @dataclass(frozen=True)
 class SimCapacity:
@@ -69,6 +69,10 @@ class SimCapacity:
     servers: int = 1
     profile: LatencyProfile = LatencyProfile()
     prefix_cache: bool = True
+    # the real router places every call (built on the servers and the simulation's clock;
+    # the conversations' token ids are synthetic: a group's task prompt shared by its
+    # siblings, every other token unique), and the prefix cache is the engine's (module notes)
+    router: Callable[[Sequence[str], Clock], Router] | None = None
 
     def server_of(self, seq: int) -> str:
         return f"s{seq % self.servers}"

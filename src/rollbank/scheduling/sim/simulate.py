@@ -13,6 +13,15 @@ and free held slots. The grant, launch, straggler and batch decisions are the re
 The scheduler is polled after each event that can change its decisions (an attempt returned
 or was aborted, contention ended while extras were held), as the asyncio driver does.
 
+Long-context model (a profile with ``decode_s_per_ctx_token`` or ``kv_tokens``): a granted
+call waits for KV room, then decodes on its server's
+:class:`~rollbank.scheduling.sim.fluid.FluidServer` beside the calls in service there, one
+finish event per server on the heap (an event predicted before the server's calls changed is
+stale and skipped); its fixed ``call_s`` comes after it leaves the engine. With a ``router``
+in the capacity, the real router places each call before it asks for its inference slot (as
+the runner does) and hears of its finish or abort; the prefix cache is then per server, held
+prefixes evicted least recently used (:meth:`_Sim.cache_hit`).
+
 Invariant: the simulation ends with the scheduler closed, so every launched attempt is
 settled (``consumed``, ``retried`` or ``waste``) when :func:`simulate` returns.
 """
@@ -20,7 +29,7 @@ settled (``consumed``, ``retried`` or ``waste``) when :func:`simulate` returns.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -28,11 +37,13 @@ from rollbank.batching.batch import Batch, Unreachable
 from rollbank.clock import FakeClock
 from rollbank.episodes.outcome import EpisodeOutcome, Reason
 from rollbank.episodes.trajectory import Trajectory
+from rollbank.routing.router import RouteRequest
 from rollbank.scheduling.config import SchedulerConfig
 from rollbank.scheduling.policy.events import Event
 from rollbank.scheduling.policy.ledger import AttemptState
 from rollbank.scheduling.policy.scheduler import Scheduler
 from rollbank.scheduling.policy.types import Abort, AttemptKey, AttemptSpec, EmitBatch, Launch
+from rollbank.scheduling.sim.fluid import FluidServer
 from rollbank.scheduling.sim.sim_model import SimCapacity, SimTurn
 
 
@@ -75,7 +86,8 @@ _WAIT_INF, _WAIT_VER, _WAIT_KV = 3, 4, 5
 
 
 class _Run:
-    __slots__ = ("context", "ep", "kv", "phase", "prefill", "server", "since", "spec", "turn")
+    __slots__ = ("context", "ep", "ids", "kv", "last_server", "phase", "prefill", "rid", "server",
+                 "since", "spec", "turn")
 
     def __init__(self, spec: AttemptSpec, ep: SimEpisode, server: str) -> None:
         self.spec = spec
@@ -87,6 +99,9 @@ class _Run:
         self.context = 0  # tokens in the conversation so far
         self.kv = 0  # context tokens this call holds in the server's KV (long-context model)
         self.prefill = 0  # a call waiting for KV room: its uncached prompt tokens
+        self.ids: list[int] = []  # routed by the real router: the conversation's token ids
+        self.last_server = ""  # routed: the server of the previous call
+        self.rid = ""  # routed: the request id of the call in progress
 
 
 class _Sim:
@@ -103,10 +118,28 @@ class _Sim:
         self.prefill = self.cached_tokens = 0
         self.outcomes: dict[tuple[Reason, float | None], EpisodeOutcome] = {}
         self.servers = [cap.server_of(i) for i in range(cap.servers)]  # server_of, cached
+        self.router = cap.router(self.servers, clock) if cap.router is not None else None
         prof = cap.profile
         self.long_ctx = prof.decode_s_per_ctx_token > 0 or prof.kv_tokens > 0
         self.kv_used = dict.fromkeys(self.servers, 0)  # long-context model: KV in service
         self.kv_queue: dict[str, deque[AttemptKey]] = {s: deque() for s in self.servers}
+        # long-context model: each server's decode as a fluid (rollbank.scheduling.sim.fluid),
+        # the heap holding one finish event per server, the latest (older ones are stale)
+        d, slope = prof.decode_s_per_token, prof.decode_batch_slope
+        self.fluid: dict[str, FluidServer[AttemptKey]] = {
+            s: FluidServer(d * (1.0 - slope), d * slope, prof.decode_s_per_ctx_token)
+            for s in self.servers}
+        self.fin_event = dict.fromkeys(self.servers, -1)
+        self.dirty: set[str] = set()  # servers whose next finish must be re-pushed
+        self.tok = 1  # routed: the next synthetic token id
+        self.group_ids: dict[str, range] = {}  # routed: each group's task-prompt ids
+        # routed: what each server's prefix cache holds besides the calls in service (a
+        # conversation by attempt id: its context when its last call left; a group's task
+        # prompt by group id), least recently used first, evicted when the calls in service
+        # need the room (the engine's KV is shared by both)
+        self.held: dict[str, OrderedDict[str, int]] = {s: OrderedDict() for s in self.servers}
+        self.held_total = dict.fromkeys(self.servers, 0)
+        self.gen_used = dict.fromkeys(self.servers, 0)  # routed: running calls' output tokens
 
     def push(self, t: float, phase: int, key: AttemptKey) -> None:
         self.n += 1
@@ -122,6 +155,8 @@ class _Sim:
     def step(self, key: AttemptKey, run: _Run, now: float) -> None:
         """The sandbox is free to go on: next generate call, or the verifier, or return."""
         if run.turn < len(run.ep.turns):
+            if self.router is not None:
+                self.route(key, run)
             if self.s.slots.request_inference(key, run.server):
                 self.generate(key, run, now)
             else:
@@ -135,10 +170,33 @@ class _Sim:
         else:
             self.finish(key, run, now)
 
+    def route(self, key: AttemptKey, run: _Run) -> None:
+        """The real router places the next call (its prompt: the conversation so far plus the
+        turn's new tokens, synthetic ids)."""
+        assert self.router is not None
+        prompt = run.ep.turns[run.turn].prompt_tokens
+        if run.turn == 0:
+            ids = self.group_ids.get(key.group_id)
+            if ids is None:
+                ids = self.group_ids[key.group_id] = range(self.tok, self.tok + prompt)
+                self.tok += prompt
+            run.ids.extend(ids)
+        else:
+            run.ids.extend(range(self.tok, self.tok + prompt))
+            self.tok += prompt
+        run.rid = f"{key.attempt_id}/t{run.turn}"
+        run.last_server = run.server if run.turn else ""
+        run.server = self.router.route(RouteRequest(run.rid, key.attempt_id, key.group_id,
+                                                    run.ids))
+
     def generate(self, key: AttemptKey, run: _Run, now: float) -> None:
         turn = run.ep.turns[run.turn]
         prompt = turn.prompt_tokens
-        if not self.cap.prefix_cache:
+        if self.router is not None:
+            prefill = run.context + prompt - self.cache_hit(key, run)
+            run.ids.extend(range(self.tok, self.tok + turn.tokens))  # what it generates
+            self.tok += turn.tokens
+        elif not self.cap.prefix_cache:
             prefill = run.context + prompt
         elif run.turn == 0 and (run.server, key.group_id) in self.cached:
             prefill = 0
@@ -164,16 +222,73 @@ class _Sim:
         run.phase = _GEN
         self.push(now + svc, _GEN, key)
 
+    def cache_hit(self, key: AttemptKey, run: _Run) -> int:
+        """Routed: the cached prefix of this call's prompt on its server, as the engine's
+        prefix cache (``rollbank_bench.accelsim.core``) holds it: the group's task prompt, then
+        the conversation's own tokens after it, if held there (nothing matches past a missing
+        prefix). The prompt is held (most recently used) from here on."""
+        server, held = run.server, self.held[run.server]
+        first = run.ep.turns[0].prompt_tokens
+        group = f"group:{key.group_id}"
+        cached = first + held.get(key.attempt_id, 0) if group in held else 0
+        self.hold(server, key.attempt_id, run.context + run.ep.turns[run.turn].prompt_tokens
+                  - first)
+        self.hold(server, group, first)
+        return cached
+
+    def hold(self, server: str, entry: str, tokens: int) -> None:
+        """Routed: ``entry`` holds ``tokens`` in ``server``'s prefix cache, most recently used."""
+        held = self.held[server]
+        self.held_total[server] += tokens - held.pop(entry, 0)
+        held[entry] = tokens
+        self.evict(server)
+
+    def evict(self, server: str) -> None:
+        """Routed: drop least recently used prefixes down to the cache's room: the engine's KV
+        less the running calls' outputs (their prompts are in the cache)."""
+        kv, held = self.cap.profile.kv_tokens, self.held[server]
+        while kv and held and self.gen_used[server] + self.held_total[server] > kv:
+            self.held_total[server] -= held.popitem(last=False)[1]
+
     def start_call(self, key: AttemptKey, run: _Run, now: float) -> None:
-        """Long-context model: the call enters the engine, its context held in KV."""
+        """Long-context model: the call enters the engine, its context held in KV, and decodes
+        with the calls in service on its server as they come and go (:class:`FluidServer`)."""
         run.kv = run.context
         self.kv_used[run.server] += run.kv
-        svc = self.cap.profile.generate_ctx_s(run.prefill, run.ep.turns[run.turn].tokens,
-                                              self.s.inference.in_use(run.server),
-                                              self.kv_used[run.server])
-        self.inf_busy += svc
-        run.phase = _GEN
-        self.push(now + svc, _GEN, key)
+        tokens = run.ep.turns[run.turn].tokens
+        if self.router is not None:  # its output's KV is outside the prefix cache until it ends
+            self.gen_used[run.server] += tokens
+            self.evict(run.server)
+        self.n += 1
+        self.fluid[run.server].admit(key, now, run.context - tokens, tokens,
+                                     run.prefill * self.cap.profile.prefill_s_per_token, self.n)
+        self.dirty.add(run.server)
+        run.phase, run.since = _GEN, now
+
+    def leave_engine(self, key: AttemptKey, run: _Run, now: float) -> None:
+        """Long-context model: the call leaves its server (finished or aborted)."""
+        self.fluid[run.server].remove(key, now)
+        self.dirty.add(run.server)
+        self.inf_busy += now - run.since
+        if self.router is not None:  # its output enters the prefix cache (evicted LRU)
+            tokens = run.ep.turns[run.turn].tokens
+            self.gen_used[run.server] -= tokens
+            self.hold(run.server, key.attempt_id, self.held[run.server].get(key.attempt_id, 0)
+                      + tokens)
+        self.free_kv(run, now)
+        if self.router is not None:
+            self.evict(run.server)
+
+    def reschedule(self) -> None:
+        """Long-context model: push each changed server's next finish (older ones go stale)."""
+        for server in self.dirty:
+            nxt = self.fluid[server].next_finish()
+            if nxt is None:
+                self.fin_event[server] = -1
+            else:
+                self.push(nxt[0], _GEN, nxt[1])
+                self.fin_event[server] = self.n
+        self.dirty.clear()
 
     def free_kv(self, run: _Run, now: float) -> None:
         """Long-context model: a call left the engine; admit waiting calls that now fit."""
@@ -188,10 +303,13 @@ class _Sim:
             self.start_call(queue.popleft(), nxt, now)
 
     def generated(self, key: AttemptKey, run: _Run, now: float) -> None:
-        if self.long_ctx:
-            self.free_kv(run, now)
-        self.release_inference(key, run.server, now)
         tool = run.ep.turns[run.turn].tool_s
+        if self.router is not None:
+            self.router.on_finish(run.server, run.rid)
+        if self.long_ctx:  # the call's fixed cost (HTTP, tokenisation) outside the engine
+            self.leave_engine(key, run, now)
+            tool += self.cap.profile.call_s
+        self.release_inference(key, run.server, now)
         run.turn += 1
         run.phase = _STEP
         self.push(now + tool, _STEP, key)
@@ -242,6 +360,8 @@ class _Sim:
     def abort(self, key: AttemptKey, now: float) -> None:
         run = self.live.pop(key, None)
         if run is not None:
+            if self.router is not None and run.phase in (_WAIT_INF, _WAIT_KV, _GEN):
+                self.router.on_abort(run.server, run.rid)
             if run.phase == _WAIT_INF:
                 self.s.slots.cancel_inference_wait(key, run.server)
             elif run.phase == _WAIT_KV:
@@ -249,7 +369,7 @@ class _Sim:
                 self.release_inference(key, run.server, now)
             elif run.phase == _GEN:
                 if self.long_ctx:
-                    self.free_kv(run, now)
+                    self.leave_engine(key, run, now)
                 self.release_inference(key, run.server, now)
             elif run.phase == _WAIT_VER:
                 self.s.slots.cancel_verifier_wait(key)
@@ -258,16 +378,20 @@ class _Sim:
         self.s.on_aborted(key)
         self.wake = True
 
-    def dispatch(self, t: float, phase: int, key: AttemptKey) -> None:
+    def dispatch(self, t: float, n: int, phase: int, key: AttemptKey) -> None:
         run = self.live.get(key)
         if run is None or run.phase != phase:
             return  # aborted earlier
         if phase == _STEP:
             self.step(key, run, t)
         elif phase == _GEN:
+            if self.long_ctx and self.fin_event[run.server] != n:
+                return  # a finish predicted before its server's calls changed
             self.generated(key, run, t)
         else:
             self.verified(key, run, t)
+        if self.dirty:
+            self.reschedule()
 
 
 def simulate(
@@ -305,13 +429,15 @@ def simulate(
                     delivered += len(d.batch.trajectories)
                     batches.append(d.batch if keep_trajectories else replace(d.batch, groups=()))
                     sched.ack(d.batch.index)  # the simulated consumer takes every batch at once
+            if sim.dirty:
+                sim.reschedule()
             if sink is not None:
                 sink += sched.drain_events()
         if sched.done or not heap:
             break
-        t, _, phase, key = pop(heap)
+        t, n, phase, key = pop(heap)
         clock.set(t)
-        dispatch(t, phase, key)
+        dispatch(t, n, phase, key)
     end = clock.now()
     sched.close()
     if sink is not None:
