@@ -158,7 +158,7 @@ SECTIONS: list[Section] = [
         "rollbank bench schedule --from-measured docs/measurements/bench-collect-accelsim-32x8-"
         "interleaved-quiet-2026-12-01-s8.json --at-trace-profile tb2-reasoning --sweep-seeds 3 "
         "--what-if-verifier-slots 256 --json",
-        "schedule-trace-ablation-tb2-2026-12-02.json",
+        "schedule-trace-ablation-tb2-2026-12-03.json",
         [Fig("all levers / naive (target 0.25)", "as_measured.arms.optimized.ratio_vs_naive.median", "{:.3f}"),
          Fig("all levers, waste of launched attempts (target 15%)",
              "as_measured.arms.optimized.waste_share_of_launched[0]", "{:.0%}"),
@@ -180,11 +180,12 @@ SECTIONS: list[Section] = [
         "virtual time with the host costs (sandbox start and fork, command round trip, verifier "
         "run) measured in the quiet 32 x 8 accel-sim run below, on the agent trace at its "
         "instrument scales (a wire token = 16 modelled tokens, a scripted turn = 4 agent turns, "
-        "time / 30). The two halves of the bank only work together: G' = G leaves every batch "
-        "waiting for its slowest group, and extra groups aborted at each batch are waste. "
-        "Measure the arms with `rollbank bench collect --json --engine accel-sim "
-        "--trace-profile tb2-reasoning --num-servers 16 --groups 32 --group-size 8 --batches 3 "
-        "--arms ablation`."),
+        "time / 30), with the simulator's engine model of the section \"Simulator against the "
+        "realistic runs\" (the KV read at every step, the real router, the engine's prefix "
+        "cache, the context limit). The two halves of the bank only work together: G' = G "
+        "leaves every batch waiting for its slowest group, and extra groups aborted at each "
+        "batch are waste; cache-aware routing costs, as measured below. The measured arms "
+        "follow."),
     Section(
         "Per-lever ablation on the agent-shaped trace, measured: the host binds",
         "the eleven arms of the prediction above run for real at 32 groups x 8, 3 batches each, "
