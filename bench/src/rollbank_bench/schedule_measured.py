@@ -6,8 +6,12 @@ time) is given that arm's measured inputs (:mod:`rollbank_bench.sim_inputs`: the
 scheduler config, the verifier slots, the task sequence, the trace workload — hence the same
 plans and attempt seeds — and the per-attempt costs measured in that arm) and the engine's
 latency profile (accelsim, :func:`~rollbank_bench.sim_inputs.sim_profile`, servers as run).
-The JSON reports per arm the simulated and measured time per batch and batch times, the
-error ``(simulated - measured) / measured``, launched attempts and waste.
+An agent-shaped (``--trace-profile``) run gets the long-context model instead
+(:func:`capacity_for`): the fluid decode, the real router, the engine's prefix cache, and the
+runner's context limit on each episode (:func:`context_limited`). The JSON reports per arm the
+simulated and measured time per batch and batch times, the error ``(simulated - measured) /
+measured``, launched attempts, waste and prefix-cache hit rates; a long-context run also
+``what_if_no_kv_read``.
 
 A ``--repeats N`` FILE (arms interleaved, :mod:`rollbank_bench.collect_compare`) is compared
 repeat by repeat (``repeats``: each repeat's arms on their own inputs, with the order they ran).
@@ -95,9 +99,9 @@ def capacity_for(report: dict[str, Any], costs: ArmCosts,
     """The measured run's engines: accelsim profile at the arm's prompt length plus the
     measured per-call overhead, as many servers as ran. A ``--trace-profile`` run (scaled
     engine) gets the long-context model (:func:`~rollbank_bench.sim_inputs.sim_profile_long`)
-    and, for an arm without cache-aware routing (``prefix_cache`` False), every call
-    prefills its whole prompt (round robin over the servers: the previous turn's KV is on
-    another server)."""
+    with the router the arm ran on every call (``prefix_cache``: cache-aware, else round
+    robin) and the engine's prefix cache; ``kv_read`` False zeroes the decode steps' KV read
+    (a what-if)."""
     accel = _accel_profile(report)
     servers = int((report.get("engine") or {}).get("servers") or report.get("servers") or 1)
     if accel is None:
