@@ -61,11 +61,11 @@ def test_the_fluid_server_is_the_exact_integral_of_the_step_time() -> None:
     from rollbank.scheduling.sim.fluid import FluidServer
 
     f: FluidServer[str] = FluidServer(0.01, 0.001, 1e-4)
-    f.admit("a", 0.0, 100, 20, 0.0, 1)
+    f.admit("a", 0.0, 100, 20, 0.0)
     t_alone = f.next_finish()
     assert t_alone is not None and t_alone[1] == "a"
     assert t_alone[0] == pytest.approx(20 * (0.011 + 1e-4 * 100) + 1e-4 * 200)
-    f.admit("b", 0.1, 500, 5, 0.05, 2)  # b's prefill stalls the server 0.05 s
+    f.admit("b", 0.1, 500, 5, 0.05)  # b's prefill stalls the server 0.05 s
     nxt = f.next_finish()
     assert nxt is not None and nxt[1] == "b"
     f.advance(nxt[0])

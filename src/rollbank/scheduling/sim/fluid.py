@@ -29,8 +29,8 @@ K = TypeVar("K", bound=Hashable)
 class FluidServer(Generic[K]):
     """Calls in service on one server (see the module docstring). Keys are the caller's."""
 
-    __slots__ = ("_heap", "_in", "base", "last", "per_ctx", "per_seq", "stall_until", "sum0",
-                 "v")
+    __slots__ = ("_admitted", "_heap", "_in", "base", "last", "per_ctx", "per_seq", "stall_until",
+                 "sum0", "v")
 
     def __init__(self, base_s: float, per_seq_s: float, per_ctx_s: float) -> None:
         self.base, self.per_seq, self.per_ctx = base_s, per_seq_s, per_ctx_s
@@ -40,7 +40,8 @@ class FluidServer(Generic[K]):
         self.sum0 = 0.0  # sum over calls in service of (context at admission - v at admission)
         # key -> (v at admission, target v, context at admission)
         self._in: dict[K, tuple[float, float, int]] = {}
-        self._heap: list[tuple[float, int, K]] = []  # (target v, seq, key), lazy deletes
+        self._heap: list[tuple[float, int, K]] = []  # (target v, admission, key), lazy deletes
+        self._admitted = 0  # admissions so far: equal targets finish in admission order
 
     def __len__(self) -> int:
         return len(self._in)
@@ -61,9 +62,9 @@ class FluidServer(Generic[K]):
         self.last = max(self.last, now)
 
     def admit(self, key: K, now: float, context: int, tokens: int,
-              prefill_s: float, seq: int) -> None:
+              prefill_s: float) -> None:
         """``key`` enters with ``context`` tokens before its first generated one, ``tokens`` to
-        generate, ``prefill_s`` of prefill (``seq``: a tie-breaker, unique per admission)."""
+        generate, ``prefill_s`` of prefill."""
         self.advance(now)
         if not self._in:
             self.v = self.sum0 = 0.0  # an idle server restarts its counter (no float drift)
@@ -72,7 +73,8 @@ class FluidServer(Generic[K]):
         target = self.v + tokens
         self._in[key] = (self.v, target, context)
         self.sum0 += context - self.v
-        heapq.heappush(self._heap, (target, seq, key))
+        self._admitted += 1
+        heapq.heappush(self._heap, (target, self._admitted, key))
 
     def remove(self, key: K, now: float) -> None:
         """``key`` leaves (finished, or aborted mid-call)."""

@@ -86,8 +86,8 @@ _WAIT_INF, _WAIT_VER, _WAIT_KV = 3, 4, 5
 
 
 class _Run:
-    __slots__ = ("context", "ep", "ids", "kv", "last_server", "phase", "prefill", "rid", "server",
-                 "since", "spec", "turn")
+    __slots__ = ("context", "ep", "ids", "kv", "phase", "prefill", "rid", "server", "since",
+                 "spec", "turn")
 
     def __init__(self, spec: AttemptSpec, ep: SimEpisode, server: str) -> None:
         self.spec = spec
@@ -100,7 +100,6 @@ class _Run:
         self.kv = 0  # context tokens this call holds in the server's KV (long-context model)
         self.prefill = 0  # a call waiting for KV room: its uncached prompt tokens
         self.ids: list[int] = []  # routed by the real router: the conversation's token ids
-        self.last_server = ""  # routed: the server of the previous call
         self.rid = ""  # routed: the request id of the call in progress
 
 
@@ -185,7 +184,6 @@ class _Sim:
             run.ids.extend(range(self.tok, self.tok + prompt))
             self.tok += prompt
         run.rid = f"{key.attempt_id}/t{run.turn}"
-        run.last_server = run.server if run.turn else ""
         run.server = self.router.route(RouteRequest(run.rid, key.attempt_id, key.group_id,
                                                     run.ids))
 
@@ -259,9 +257,8 @@ class _Sim:
         if self.router is not None:  # its output's KV is outside the prefix cache until it ends
             self.gen_used[run.server] += tokens
             self.evict(run.server)
-        self.n += 1
         self.fluid[run.server].admit(key, now, run.context - tokens, tokens,
-                                     run.prefill * self.cap.profile.prefill_s_per_token, self.n)
+                                     run.prefill * self.cap.profile.prefill_s_per_token)
         self.dirty.add(run.server)
         run.phase, run.since = _GEN, now
 
@@ -276,8 +273,6 @@ class _Sim:
             self.hold(run.server, key.attempt_id, self.held[run.server].get(key.attempt_id, 0)
                       + tokens)
         self.free_kv(run, now)
-        if self.router is not None:
-            self.evict(run.server)
 
     def reschedule(self) -> None:
         """Long-context model: push each changed server's next finish (older ones go stale)."""
