@@ -3,7 +3,8 @@
 - :mod:`rollbank.agents.config`: :class:`~rollbank.agents.config.AgentConfig` (``[agent]``).
 - :mod:`rollbank.agents.contract`: the entry point ``async def agent(task, sandbox, llm)``:
   :class:`~rollbank.agents.contract.AgentTask`, :class:`~rollbank.agents.contract.LLM`,
-  :class:`~rollbank.agents.contract.AgentSandbox`, ``load_entry("module:function")``.
+  :class:`~rollbank.agents.contract.AgentSandbox`, ``load_entry("module:function")``,
+  ``in_own_thread`` (a synchronous agent's blocking code, on a thread of its own).
 - :mod:`rollbank.agents.sandbox_api`: the attempt's sandbox as the agent sees it (exec,
   upload, download; the episode budget charged, every command recorded for attribution).
 - :mod:`rollbank.agents.session`: the gateway seam (one base URL + key per attempt).

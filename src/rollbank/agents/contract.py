@@ -18,16 +18,25 @@ return when done (the verifier then judges the sandbox). What it raises, how lon
 what it sends are recorded; the episode's outcome is decided by rollbank's attribution
 (``agents/verdict.py``), never by the agent. The agent's model calls are the trajectory: tokens
 exactly as the gateway recorded them.
+
+A synchronous agent program (most are) runs in :func:`in_own_thread`, never in the event
+loop's default executor (``asyncio.to_thread``): that executor has ``min(32, cpus + 4)``
+workers and the loop's own I/O runs there (the local sandbox's shell writes each command to
+its pipe through it), so agents that fill it while waiting on the loop stop every attempt.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import importlib
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 from rollbank.errors import ConfigError
 from rollbank.sandbox.protocol import ExecResult
@@ -90,6 +99,39 @@ class AgentProcessKilled(Exception):
 
 
 AgentFn = Callable[[AgentTask, AgentSandbox, LLM], Awaitable[None]]
+
+T = TypeVar("T")
+
+
+async def in_own_thread(fn: Callable[[], T], *, name: str = "rollbank-agent") -> T:
+    """``fn()`` on a thread of its own (daemon); its result or exception, awaited.
+
+    One thread per call, so a run's agents never wait on each other for a worker, and never
+    take the loop's default executor from the I/O that answers them. Cancelling the await
+    does not stop the thread (no thread can be stopped): the agent's next sandbox command or
+    model call fails once its attempt is over (the sandbox API is sealed, the key revoked)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(value: T | None, exc: BaseException | None) -> None:
+        if done.done():  # cancelled meanwhile
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(cast(T, value))
+
+    def body() -> None:
+        try:
+            value, exc = ctx.run(fn), None
+        except BaseException as e:  # handed to the awaiting task as is
+            value, exc = None, e
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits it any more
+            loop.call_soon_threadsafe(settle, value, exc)
+
+    threading.Thread(target=body, name=name, daemon=True).start()
+    return await done
 
 
 def load_entry(entry: str) -> AgentFn:

@@ -10,7 +10,8 @@ attempt's gateway session), ``environment.attempt`` (its ``environment_class`` i
 sandbox) and ``environment.cwd`` (the task's workdir). ``agent.options.step_limit`` overrides
 ``agent.step_limit``, ``agent.options.max_tokens`` its ``model.model_kwargs.max_tokens``.
 Then mini-swe-agent's own ``get_model``, ``get_environment`` and
-``DefaultAgent.run(task)`` run in a worker thread (they are synchronous).
+``DefaultAgent.run(task)`` run on a thread of their own (they are synchronous;
+``contract.in_own_thread``).
 
 Offline by its own settings: LiteLLM reads its bundled model-cost map
 (``LITELLM_LOCAL_MODEL_COST_MAP``), mini-swe-agent starts silently and does not track cost.
@@ -27,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from rollbank.agents.contract import LLM, AgentSandbox, AgentTask
+from rollbank.agents.contract import LLM, AgentSandbox, AgentTask, in_own_thread
 
 _ENV_DEFAULTS = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_SILENT_STARTUP": "1",
                  "MSWEA_COST_TRACKING": "ignore_errors"}
@@ -55,7 +56,7 @@ def settings_for(task: AgentTask, llm: LLM) -> dict[str, Any]:
 
 
 def _run(task: AgentTask, cfg: dict[str, Any]) -> dict[str, Any]:
-    """mini-swe-agent's own API, in the worker thread."""
+    """mini-swe-agent's own API, on the agent's own thread."""
     from minisweagent.agents.default import DefaultAgent
     from minisweagent.environments import get_environment
     from minisweagent.models import get_model
@@ -75,7 +76,7 @@ async def agent(task: AgentTask, sandbox: AgentSandbox, llm: LLM) -> None:
     cfg = settings_for(task, llm)
     minisweagent_env.register(task.attempt_id, sandbox, asyncio.get_running_loop())
     try:
-        result = await asyncio.to_thread(_run, task, cfg)
+        result = await in_own_thread(lambda: _run(task, cfg), name=f"mswea-{task.attempt_id}")
     finally:
         minisweagent_env.unregister(task.attempt_id)
     del result  # how it ended is judged by evidence (agents/verdict.py), not by its status

@@ -5,7 +5,7 @@
 (a smolagents ``Tool``): a command run in the attempt's sandbox (its exit code and output tail
 returned), plus smolagents' own ``final_answer``. The model's tool calls are parsed by the
 gateway (``gateway.tool_parser``) and returned in OpenAI's ``tool_calls``; what smolagents
-does with them is its own. It runs in a worker thread (smolagents is synchronous); each tool
+does with them is its own. It runs on a thread of its own (smolagents is synchronous); each tool
 call runs on the runner's loop through the :class:`~rollbank.agents.contract.AgentSandbox`.
 
 Why ToolCallingAgent and not CodeAgent: a CodeAgent executes the model's Python on the host
@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from rollbank.agents.contract import LLM, AgentSandbox, AgentTask
+from rollbank.agents.contract import LLM, AgentSandbox, AgentTask, in_own_thread
 
 OUTPUT_TAIL = 4000
 #: smolagents' own ``system_prompt`` setting, short (its default is ~3000 tokens: more than a
@@ -71,4 +71,4 @@ async def agent(task: AgentTask, sandbox: AgentSandbox, llm: LLM) -> None:
     def run() -> None:
         build(task, sandbox, llm, loop).run(task.instruction)
 
-    await asyncio.to_thread(run)
+    await in_own_thread(run, name=f"smolagents-{task.attempt_id}")

@@ -81,6 +81,8 @@ class FakeSandbox:
         stdin: bytes | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ExecResult:
         state = ShellState(cwd or self.spec.workdir, {**self.spec.env, **(env or {})})
+        if self.backend.exec_via_executor:
+            await asyncio.get_running_loop().run_in_executor(None, len, str(command))
         return await self._run(command, state, timeout_s, stdin or b"", output_limit)
 
     async def _run(self, command: str | Sequence[str], state: ShellState, timeout_s: float | None,
@@ -212,14 +214,19 @@ class FakeBackend:
     ``max_host_stall_s``: a longer stall stops the command as ``host_stalled``.
     ``shell_close``: awaited by every shell session's ``close`` (e.g. one that hangs, as the
     close of a frozen sandbox's shell waits for it to exit).
+    ``exec_via_executor``: every command first passes through the event loop's default
+    executor, as the local backend's shell writes each command to its pipe
+    (``sandbox/local/shell.py``).
     """
 
     def __init__(self, clock: FakeClock | None = None, *,
                  handlers: Mapping[str, Handler] | None = None, fail_starts: int = 0,
                  files: Mapping[str, bytes] | None = None, stall_s: float = 0.0,
                  max_host_stall_s: float | None = None,
-                 shell_close: Callable[[], Awaitable[None]] | None = None) -> None:
+                 shell_close: Callable[[], Awaitable[None]] | None = None,
+                 exec_via_executor: bool = False) -> None:
         self.clock = clock
+        self.exec_via_executor = exec_via_executor
         self.shell_close = shell_close
         self.stall_s = stall_s
         self.max_host_stall_s = max_host_stall_s
