@@ -63,14 +63,21 @@ from rollbank_bench.collect_args import (  # re-exported: the command's public n
 )
 
 __all__ = ["ARMS", "DEFAULT_ARMS", "REBUILD_ARMS", "_quick", "add_arguments",
-           "add_trace_argument", "arm_config", "bank_lever", "episode_shape", "parse_arms", "run",
+           "add_trace_argument", "arm_config", "bank_lever", "busy_share", "episode_shape", "parse_arms", "run",
            "trace_overrides", "waste_from_events"]
 
 if TYPE_CHECKING:
     from rollbank.episodes.trajectory import Trajectory
 
 
-def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
+def busy_share(busy_s: Sequence[float], batch_s: Sequence[float], servers: int) -> list[float | None]:
+    """Per batch, the share of the engines' time spent generating: busy server-seconds over
+    the batch's wall time on every server (1.0: every engine busy the whole batch)."""
+    return [round(b / (t * servers), 3) if t > 0 and servers > 0 else None
+            for b, t in zip(busy_s, batch_s, strict=True)]
+
+
+def _arm_report(result: Any, setup_s: float, servers: int) -> dict[str, Any]:
     bs = result.batches
     n = max(len(bs), 1)
     acct = [b.extra.get("accounting", {}) for b in bs]
@@ -89,6 +96,8 @@ def _arm_report(result: Any, setup_s: float) -> dict[str, Any]:
         "tokens_per_s": [round(b.tokens_per_s, 1) for b in bs],
         "prefix_cache_hit_rate": [b.prefix_cache_hit_rate for b in bs],
         "inference_busy_s": [round(b.inference_busy_s, 1) for b in bs],
+        "inference_busy_share": busy_share([b.inference_busy_s for b in bs],
+                                           [b.time_to_batch_s for b in bs], servers),
         "inference_idle_waiting_env_s": [round(b.inference_idle_env_s, 1) for b in bs],
         "sandbox_held_util": [round(b.sandbox_held_util, 3) for b in bs],
         "outcomes": [b.outcomes for b in bs],
@@ -210,8 +219,9 @@ async def _main_arms(args: argparse.Namespace) -> dict[str, Any]:
         report["repeats"] = runs
         report["paired"] = cmp.paired_comparison(runs)
     report["comparison"] = cmp.compare_arms(report["arms"])
-    if set(report["arms"]) - set(DEFAULT_ARMS):
-        report["ablation"] = cmp.ablation(report["arms"])
+    # every arm's row (time, T_LB/T, waste, tail, engine busy); the levers' contributions
+    # where their arms ran
+    report["ablation"] = cmp.ablation(report["arms"])
     report["bench_run_s"] = round(time.monotonic() - t_bench, 1)
     report["host_load_1m_start_end"] = [load_at_start, cmp.read_load()]
     return report
@@ -238,7 +248,7 @@ async def _run_arm(args: argparse.Namespace, arm: str, cfg: Any, plane: Any, cap
             setup = time.monotonic() - t_setup
             result = await collect(cfg, tasks=tasks, inference=plane, sandboxes=sandboxes,
                                    out_dir=Path(cfg.output), capacity=cap, setup_s=setup)
-        return {"levers": ARMS[arm.split("#")[0]], **_arm_report(result, setup),
+        return {"levers": ARMS[arm.split("#")[0]], **_arm_report(result, setup, args.num_servers),
                 "host": host.to_dict(),
                 "sim_inputs": collect_arm_inputs(cfg, tasks, accel_profile=args.accelsim_profile
                                                  if args.engine == "accel-sim" else None,

@@ -195,7 +195,8 @@ SINGLE_LEVER_ARMS = {"sandboxes": "sandboxes", "routing": "routing", "ready_bank
 def arm_row(arm: dict[str, Any], naive_s: float | None) -> dict[str, Any]:
     """One arm's headline figures: time per batch, ratio to naive, T_LB/T, waste as a share of
     the attempts launched, mean tail share, inference idle while episodes sat in sandboxes
-    (seconds per batch summed over servers), and the binding lower-bound term per batch."""
+    (seconds per batch summed over servers), the engines' busy share (mean over batches), and
+    the binding lower-bound term per batch."""
     t = _time(arm)
     ledger = arm.get("ledger") or {}
     launched = ledger.get("launched") or 0
@@ -203,6 +204,7 @@ def arm_row(arm: dict[str, Any], naive_s: float | None) -> dict[str, Any]:
     tails = arm.get("tail_share") or []
     idle = arm.get("inference_idle_waiting_env_s") or []
     busy = arm.get("inference_busy_s") or []
+    shares = [x for x in arm.get("inference_busy_share") or [] if x is not None]
     terms = arm.get("lower_bound_terms") or []
     return {
         "time_per_batch_s": round(t, 2) if t is not None else None,
@@ -213,6 +215,7 @@ def arm_row(arm: dict[str, Any], naive_s: float | None) -> dict[str, Any]:
         "tail_share_mean": round(statistics.fmean(tails), 3) if tails else None,
         "inference_idle_waiting_env_s_per_batch": round(statistics.fmean(idle), 1) if idle else None,
         "inference_busy_s_per_batch": round(statistics.fmean(busy), 1) if busy else None,
+        "inference_busy_share_mean": round(statistics.fmean(shares), 3) if shares else None,
         "binding_terms": [x.get("binding_term") for x in terms if isinstance(x, dict)],
     }
 

@@ -220,3 +220,9 @@ def test_default_tasks_keep_the_embedded_selection_own_tasks_are_all_collected(t
     assert arm_config(args("--include", ""), "naive").include == []
     assert arm_config(args("--include", "count-lines"), "naive").include == ["count-lines"]
     assert arm_config(args("--tasks", str(tmp_path)), "naive").include == []
+
+
+def test_the_engines_busy_share_is_per_server_and_per_batch() -> None:
+    from rollbank_bench.collect import busy_share
+
+    assert busy_share([30.0, 10.0, 0.0], [20.0, 10.0, 0.0], 2) == [0.75, 0.5, None]
