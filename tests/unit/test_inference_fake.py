@@ -210,3 +210,20 @@ def test_block_hashes_chain_and_namespace() -> None:
     assert cache.lookup(list(range(12)), "w") == 8  # the last prompt token is never counted
     assert cache.lookup(list(range(13)), "w") == 12
     assert cache.lookup(list(range(13)), "other") == 0
+
+
+def test_a_full_prefix_cache_evicts_a_conversations_tail_first_as_vllm_does() -> None:
+    """Regression (the emulated engine lost whole conversations under KV pressure): blocks were
+    touched head first, so the LRU end of a conversation was its first block, and evicting it
+    orphaned every later block. vLLM frees a request's blocks in reverse ("so that the tail
+    blocks are evicted first", v1/core/single_type_kv_cache_manager.py): the prefix survives."""
+    from rollbank.inference.prefix_cache import BlockPrefixCache
+
+    cache = BlockPrefixCache(block_size=2, capacity_blocks=4)
+    a = [1, 2, 3, 4, 5, 6, 7]  # 3 full blocks
+    cache.insert(a)
+    cache.insert([9, 9, 8, 8])  # 2 more blocks: one of a's goes
+    assert cache.lookup(a) == 4  # its first two blocks still hit; only the tail was evicted
+    cache.insert([7, 7])  # one more: the lookup made a recent, so the other one's tail goes
+    assert cache.lookup([9, 9, 8, 8, 0]) == 2
+    assert cache.lookup(a) == 4

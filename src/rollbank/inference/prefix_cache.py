@@ -8,7 +8,9 @@ Invariants
   chains its parent's, so a block hits only when the whole prefix before it matches.
 - The namespace (weights, adapter) seeds the chain: different weights never share blocks.
 - A lookup never counts the last prompt token (vLLM recomputes it), hits are a whole number
-  of blocks, and touched blocks become most recently used; eviction is LRU by block.
+  of blocks, and touched blocks become most recently used, a sequence's head after its tail,
+  so that eviction (LRU by block) takes a sequence's tail before its prefix, as vLLM's does
+  (it frees a request's blocks in reverse order).
 """
 
 from __future__ import annotations
@@ -49,22 +51,29 @@ class BlockPrefixCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
+    def _touch(self, keys: Sequence[bytes]) -> None:
+        """Most recently used, the head last: a sequence's tail is evicted before its prefix
+        (vLLM frees a request's blocks in reverse order for the same reason)."""
+        for key in reversed(keys):
+            self._blocks.move_to_end(key)
+
     def clear(self) -> None:
         self._blocks.clear()
 
     def lookup(self, prompt: Sequence[int], namespace: object = None) -> int:
         """Cached prompt tokens (whole blocks of the prompt minus its last token)."""
-        hit = 0
+        hits: list[bytes] = []
         for key in block_hashes(prompt[: max(len(prompt) - 1, 0)], self.block_size, namespace):
             if key not in self._blocks:
                 break
-            self._blocks.move_to_end(key)
-            hit += self.block_size
-        return hit
+            hits.append(key)
+        self._touch(hits)
+        return len(hits) * self.block_size
 
     def insert(self, tokens: Sequence[int], namespace: object = None) -> None:
-        for key in block_hashes(tokens, self.block_size, namespace):
+        keys = block_hashes(tokens, self.block_size, namespace)
+        for key in keys:
             self._blocks[key] = None
-            self._blocks.move_to_end(key)
+        self._touch(keys)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)
