@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollbank.clock import FakeClock
 from rollbank.errors import ConfigError
@@ -105,3 +107,34 @@ def test_block_index_lru_capacity_and_age() -> None:
     assert idx.expire(now=15.5) == 1  # block 3 (t=5) older than 10 s
     assert 3 not in idx
     assert len(idx) == 2
+
+
+_prompt_ops = st.lists(st.tuples(
+    st.sampled_from(["s0", "s1", "s2"]),
+    st.sampled_from(["extend", "edit", "truncate", "new"]),
+    st.lists(st.integers(0, 5), max_size=12)), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=_prompt_ops, block_size=st.integers(1, 4), max_sessions=st.integers(1, 3))
+def test_session_hashes_are_exactly_the_block_hashes_of_every_prompt(
+        ops: list[tuple[str, str, list[int]]], block_size: int, max_sessions: int) -> None:
+    """Incremental per session (an agent's prompt grows by turns), never different from
+    hashing the whole prompt: edits, truncations, new prompts and evicted sessions included."""
+    from rollbank.routing.blocks import SessionHashes
+
+    memo = SessionHashes(block_size, max_sessions=max_sessions)
+    prompts: dict[str, list[int]] = {}
+    for session, op, tokens in ops:
+        p = prompts.get(session, [])
+        if op == "extend":
+            p = p + tokens
+        elif op == "edit" and p:
+            p = [*p[: len(p) // 2], *tokens, *p[len(p) // 2 + 1:]]
+        elif op == "truncate":
+            p = p[: len(tokens)]
+        else:
+            p = list(tokens)
+        prompts[session] = p
+        assert memo.hashes(session, p) == block_hashes(p, block_size)
+    assert len(memo) <= max_sessions

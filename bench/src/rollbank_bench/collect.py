@@ -63,18 +63,37 @@ from rollbank_bench.collect_args import (  # re-exported: the command's public n
 )
 
 __all__ = ["ARMS", "DEFAULT_ARMS", "REBUILD_ARMS", "_quick", "add_arguments",
-           "add_trace_argument", "arm_config", "bank_lever", "busy_share", "episode_shape", "parse_arms", "run",
-           "trace_overrides", "waste_from_events"]
+           "add_trace_argument", "arm_config", "bank_lever", "busy_share", "episode_shape",
+           "parse_arms", "run", "trace_overrides", "verifier_wait_s", "waste_from_events"]
 
 if TYPE_CHECKING:
     from rollbank.episodes.trajectory import Trajectory
 
 
-def busy_share(busy_s: Sequence[float], batch_s: Sequence[float], servers: int) -> list[float | None]:
+def busy_share(busy_s: Sequence[float], batch_s: Sequence[float],
+               servers: int) -> list[float | None]:
     """Per batch, the share of the engines' time spent generating: busy server-seconds over
     the batch's wall time on every server (1.0: every engine busy the whole batch)."""
     return [round(b / (t * servers), 3) if t > 0 and servers > 0 else None
             for b, t in zip(busy_s, batch_s, strict=True)]
+
+
+def verifier_wait_s(trajs: Sequence[Trajectory]) -> float:
+    """Seconds finished episodes waited for a verifier slot, summed: from the end of an
+    episode's last span before its first verify span to that span's start."""
+    from rollbank.episodes.spans import spans_of
+
+    total = 0.0
+    for t in trajs:
+        spans = [s for s in spans_of(t) if s.kind != "episode"]
+        verify = [s.start for s in spans if s.kind == "verify"]
+        if not verify:
+            continue
+        first = min(verify)
+        before = [s.end for s in spans if s.kind != "verify" and s.end <= first]
+        if before:
+            total += first - max(before)
+    return total
 
 
 def _arm_report(result: Any, setup_s: float, servers: int) -> dict[str, Any]:
@@ -99,6 +118,7 @@ def _arm_report(result: Any, setup_s: float, servers: int) -> dict[str, Any]:
         "inference_busy_share": busy_share([b.inference_busy_s for b in bs],
                                            [b.time_to_batch_s for b in bs], servers),
         "inference_idle_waiting_env_s": [round(b.inference_idle_env_s, 1) for b in bs],
+        "verifier_wait_s": round(verifier_wait_s(result.trajectories), 1),
         "sandbox_held_util": [round(b.sandbox_held_util, 3) for b in bs],
         "outcomes": [b.outcomes for b in bs],
         "complete_batches": sum(1 for b in bs if b.extra.get("complete")),

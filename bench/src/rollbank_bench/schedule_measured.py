@@ -237,7 +237,8 @@ def _routed(arm: dict[str, Any]) -> bool:
 
 
 def compare(report: dict[str, Any]) -> dict[str, Any]:
-    """Per arm: simulated vs measured time per batch and its error; waste both ways."""
+    """Per arm: simulated vs measured time per batch and its error; waste, prefix-cache hit
+    rate and the verifier-slot wait both ways (measured where the run reported it)."""
     arms: dict[str, Any] = {}
     for name, arm in report.get("arms", {}).items():
         if "error" in arm:
@@ -262,6 +263,9 @@ def compare(report: dict[str, Any]) -> dict[str, Any]:
             # the engines' prefix-cache hit rate per batch, measured; over the run, simulated
             "measured_prefix_hit_rate": [round(float(h), 3) for h in hits],
             "simulated_prefix_hit_rate": sim["prefix_hit_rate"],
+            # seconds finished episodes waited for a verifier slot, summed over the run
+            "measured_verifier_wait_s": arm.get("verifier_wait_s"),
+            "simulated_verifier_wait_s": sim["verifier_wait_s"],
             "costs": inputs["costs"], "plan_check": inputs.get("plan_check"),
         }
     naive = arms.get("naive")

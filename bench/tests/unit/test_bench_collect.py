@@ -226,3 +226,17 @@ def test_the_engines_busy_share_is_per_server_and_per_batch() -> None:
     from rollbank_bench.collect import busy_share
 
     assert busy_share([30.0, 10.0, 0.0], [20.0, 10.0, 0.0], 2) == [0.75, 0.5, None]
+
+
+def test_the_verifier_wait_is_from_an_episodes_last_span_to_its_verdict() -> None:
+    from rollbank.episodes.spans import Span, add_span
+    from rollbank.episodes.trajectory import Trajectory
+    from rollbank_bench.collect import verifier_wait_s
+
+    waited = Trajectory(trajectory_id="a", group_id="g", task_id="t", attempt=0)
+    for kind, start, end in [("episode", 0.0, 9.0), ("inference", 0.0, 1.0), ("exec", 1.0, 3.0),
+                             ("verify", 7.5, 8.0)]:
+        add_span(waited, Span(kind, start, end, "a"))  # type: ignore[arg-type]
+    unverified = Trajectory(trajectory_id="b", group_id="g", task_id="t", attempt=1)
+    add_span(unverified, Span("exec", 0.0, 2.0, "b"))
+    assert verifier_wait_s([waited, unverified]) == 4.5

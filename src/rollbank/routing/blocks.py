@@ -28,13 +28,60 @@ def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
     """Chained hashes of the full blocks of ``token_ids``."""
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    out: list[int] = []
-    prev = _ROOT
-    ids = list(token_ids)
-    for start in range(0, len(ids) - block_size + 1, block_size):
+    return _extend([], list(token_ids), block_size)
+
+
+def _extend(out: list[int], ids: list[int], block_size: int) -> list[int]:
+    """``out`` (the chained hashes of ``ids``' first ``len(out)`` blocks) with the rest."""
+    prev = out[-1] if out else _ROOT
+    for start in range(len(out) * block_size, len(ids) - block_size + 1, block_size):
         prev = hash((prev, *ids[start : start + block_size]))
         out.append(prev)
     return out
+
+
+class SessionHashes:
+    """:func:`block_hashes` per session, extended rather than recomputed: an agent's next
+    prompt is its last one plus the new turn, so only the new blocks are hashed.
+
+    Exact: a session's cached hashes are reused only as far as the new prompt starts with
+    the tokens they were computed from (compared, not assumed); an edited history is hashed
+    again from its first changed block. At most ``max_sessions`` sessions are kept (least
+    recently used dropped); each keeps a copy of its last prompt's ids.
+    """
+
+    def __init__(self, block_size: int, *, max_sessions: int = 4096) -> None:
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        self.block_size = block_size
+        self.max_sessions = max_sessions
+        self._last: OrderedDict[str, tuple[list[int], list[int]]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def hashes(self, session: str, token_ids: Sequence[int]) -> list[int]:
+        ids, bs = list(token_ids), self.block_size
+        last = self._last.pop(session, None)
+        out: list[int] = []
+        if last is not None:
+            old_ids, old = last
+            keep = min(len(old), len(ids) // bs)
+            if ids[: keep * bs] != old_ids[: keep * bs]:  # edited: the first changed block
+                keep = next(k for k in range(keep) if ids[k * bs:(k + 1) * bs]
+                            != old_ids[k * bs:(k + 1) * bs])
+            out = old[:keep]
+        _extend(out, ids, bs)
+        self._last[session] = (ids, out)
+        while len(self._last) > self.max_sessions:
+            self._last.popitem(last=False)
+        return list(out)
+
+    def forget(self, session: str) -> None:
+        self._last.pop(session, None)
+
+    def clear(self) -> None:
+        self._last.clear()
 
 
 class BlockIndex:

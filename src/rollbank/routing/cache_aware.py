@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
 from rollbank.clock import Clock
-from rollbank.routing.blocks import BlockIndex, block_hashes
+from rollbank.routing.blocks import BlockIndex, SessionHashes, block_hashes
 from rollbank.routing.config import RouterConfig
 from rollbank.routing.policies import LruMap
 from rollbank.routing.router import LoadTracker, RouteRequest
@@ -69,6 +69,7 @@ class CacheAwareRouter:
             s: BlockIndex(max_blocks=config.max_blocks_per_server, max_age_s=config.eviction_s)
             for s in self._loads.servers
         }
+        self._hashes = SessionHashes(config.block_size, max_sessions=config.max_sessions)
         self._trajectory = LruMap(config.max_sessions)
         self._group = LruMap(config.max_sessions)
         self._versions: dict[str, int] = {}
@@ -93,9 +94,10 @@ class CacheAwareRouter:
             idx.expire(now)
         self._expire_parked(now)
         self._unpark(req.trajectory_id)
-        hashes = block_hashes(req.prompt_token_ids, self.config.block_size)
-        preferred, reason = self._preference(req, hashes)
-        least = self._least_loaded(hashes)
+        hashes = self._hashes.hashes(req.trajectory_id, req.prompt_token_ids)
+        matches = {s: idx.match(hashes) for s, idx in self._index.items()}
+        preferred, reason = self._preference(req, hashes, matches)
+        least = self._least_loaded(matches)
         self._tie += 1
         if preferred is None:
             server, reason = least, RouteReason.LOAD
@@ -185,7 +187,7 @@ class CacheAwareRouter:
                 del self._parked_at[traj]
 
     def _preference(
-        self, req: RouteRequest, hashes: list[int]
+        self, req: RouteRequest, hashes: list[int], matches: Mapping[str, int]
     ) -> tuple[str | None, RouteReason]:
         pinned = self._trajectory.get(req.trajectory_id)
         sibling = self._group.get(req.group_id)
@@ -197,7 +199,7 @@ class CacheAwareRouter:
             n = len(self.servers)
             for k in range(n):
                 s = self.servers[(self._tie + k) % n]
-                m = self._index[s].match(hashes)
+                m = matches[s]
                 better = m > best_match or (
                     m == best_match and best is not None
                     and self._load(s) < self._load(best)
@@ -212,14 +214,14 @@ class CacheAwareRouter:
             return sibling, RouteReason.GROUP
         return None, RouteReason.LOAD
 
-    def _least_loaded(self, hashes: list[int]) -> str:
+    def _least_loaded(self, matches: Mapping[str, int]) -> str:
         """The least-loaded server (sessions); among equals the longest match, then rotation."""
         n = len(self.servers)
         best = self.servers[self._tie % n]
-        best_key = (self._load(best), -self._index[best].match(hashes))
+        best_key = (self._load(best), -matches[best])
         for k in range(1, n):
             s = self.servers[(self._tie + k) % n]
-            key = (self._load(s), -self._index[s].match(hashes))
+            key = (self._load(s), -matches[s])
             if key < best_key:
                 best, best_key = s, key
         return best
