@@ -116,14 +116,17 @@ _prompt_ops = st.lists(st.tuples(
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=_prompt_ops, block_size=st.integers(1, 4), max_sessions=st.integers(1, 3))
+@given(ops=_prompt_ops, block_size=st.integers(1, 4), max_sessions=st.integers(1, 3),
+       max_tokens=st.integers(0, 40))
 def test_session_hashes_are_exactly_the_block_hashes_of_every_prompt(
-        ops: list[tuple[str, str, list[int]]], block_size: int, max_sessions: int) -> None:
+        ops: list[tuple[str, str, list[int]]], block_size: int, max_sessions: int,
+        max_tokens: int) -> None:
     """Incremental per session (an agent's prompt grows by turns), never different from
-    hashing the whole prompt: edits, truncations, new prompts and evicted sessions included."""
+    hashing the whole prompt: edits, truncations, new prompts and evicted sessions included;
+    the memo stays within its session and token bounds."""
     from rollbank.routing.blocks import SessionHashes
 
-    memo = SessionHashes(block_size, max_sessions=max_sessions)
+    memo = SessionHashes(block_size, max_sessions=max_sessions, max_tokens=max_tokens)
     prompts: dict[str, list[int]] = {}
     for session, op, tokens in ops:
         p = prompts.get(session, [])
@@ -137,4 +140,4 @@ def test_session_hashes_are_exactly_the_block_hashes_of_every_prompt(
             p = list(tokens)
         prompts[session] = p
         assert memo.hashes(session, p) == block_hashes(p, block_size)
-    assert len(memo) <= max_sessions
+        assert len(memo) <= max_sessions and memo.tokens <= max_tokens

@@ -46,16 +46,20 @@ class SessionHashes:
 
     Exact: a session's cached hashes are reused only as far as the new prompt starts with
     the tokens they were computed from (compared, not assumed); an edited history is hashed
-    again from its first changed block. At most ``max_sessions`` sessions are kept (least
-    recently used dropped); each keeps a copy of its last prompt's ids.
+    again from its first changed block. Each session keeps a copy of its last prompt's ids:
+    at most ``max_sessions`` sessions and ``max_tokens`` ids in all are kept (least recently
+    used sessions dropped first; a dropped session's next prompt is hashed whole).
     """
 
-    def __init__(self, block_size: int, *, max_sessions: int = 4096) -> None:
+    def __init__(self, block_size: int, *, max_sessions: int = 4096,
+                 max_tokens: int = 1 << 23) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
         self.block_size = block_size
         self.max_sessions = max_sessions
+        self.max_tokens = max_tokens
         self._last: OrderedDict[str, tuple[list[int], list[int]]] = OrderedDict()
+        self._tokens = 0
 
     def __len__(self) -> int:
         return len(self._last)
@@ -66,22 +70,34 @@ class SessionHashes:
         out: list[int] = []
         if last is not None:
             old_ids, old = last
+            self._tokens -= len(old_ids)
             keep = min(len(old), len(ids) // bs)
             if ids[: keep * bs] != old_ids[: keep * bs]:  # edited: the first changed block
                 keep = next(k for k in range(keep) if ids[k * bs:(k + 1) * bs]
                             != old_ids[k * bs:(k + 1) * bs])
             out = old[:keep]
         _extend(out, ids, bs)
-        self._last[session] = (ids, out)
-        while len(self._last) > self.max_sessions:
-            self._last.popitem(last=False)
+        if len(ids) <= self.max_tokens:
+            self._last[session] = (ids, out)
+            self._tokens += len(ids)
+        while self._last and (len(self._last) > self.max_sessions
+                              or self._tokens > self.max_tokens):
+            self._tokens -= len(self._last.popitem(last=False)[1][0])
         return list(out)
 
+    @property
+    def tokens(self) -> int:
+        """Prompt ids held over all sessions."""
+        return self._tokens
+
     def forget(self, session: str) -> None:
-        self._last.pop(session, None)
+        last = self._last.pop(session, None)
+        if last is not None:
+            self._tokens -= len(last[0])
 
     def clear(self) -> None:
         self._last.clear()
+        self._tokens = 0
 
 
 class BlockIndex:

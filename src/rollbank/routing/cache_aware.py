@@ -70,7 +70,8 @@ class CacheAwareRouter:
             s: BlockIndex(max_blocks=config.max_blocks_per_server, max_age_s=config.eviction_s)
             for s in self._loads.servers
         }
-        self._hashes = SessionHashes(config.block_size, max_sessions=config.max_sessions)
+        self._hashes = SessionHashes(config.block_size, max_sessions=config.max_sessions,
+                                     max_tokens=config.hash_memo_tokens)
         self._trajectory = LruMap(config.max_sessions)
         self._group = LruMap(config.max_sessions)
         self._versions: dict[str, int] = {}

@@ -79,3 +79,10 @@ class RouterConfig(Section):
         description="sticky/cache_aware: how many trajectory and group affinities are "
         "remembered (least recently used dropped first).",
     )
+    hash_memo_tokens: int = Field(
+        default=1 << 23, ge=0,
+        description="cache_aware: prompt token ids remembered per trajectory so that a turn "
+        "hashes only its new blocks (~8 bytes a token while the caller holds the same ids; "
+        "least recently used trajectories dropped first, then hashed whole; 0: every prompt "
+        "hashed whole).",
+    )
