@@ -15,6 +15,8 @@ cheap: each name loads its module on first use.
   :class:`SandboxSpec`, :class:`Limits`, :class:`ExecResult`; :class:`InferenceClient`,
   :class:`GenerateRequest`, :class:`GenerateResult`, :class:`SamplingParams`,
   :class:`Tokenizer`; :class:`Clock`, :class:`MonotonicClock`, :class:`FakeClock`;
+- write an agent program (docs/agents.md): :class:`AgentTask`, :class:`AgentSandbox`,
+  :class:`LLM`, :func:`in_own_thread` (its synchronous code on a thread of its own);
 - errors: :class:`RollbankError` and its boundary families (exit codes in ``errors.py``);
 - :func:`quantile` (the one nearest-rank percentile).
 
@@ -30,6 +32,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rollbank.agents.contract import LLM as LLM
+    from rollbank.agents.contract import AgentSandbox as AgentSandbox
+    from rollbank.agents.contract import AgentTask as AgentTask
+    from rollbank.agents.contract import in_own_thread as in_own_thread
     from rollbank.batching.batch import Batch as Batch
     from rollbank.batching.batch import GroupResult as GroupResult
     from rollbank.batching.loader import TensorBatch as TensorBatch
@@ -71,6 +77,8 @@ if TYPE_CHECKING:
 
 #: name -> the module that defines it (kept equal to the imports above by a test).
 EXPORTS: dict[str, str] = {
+    "AgentSandbox": "rollbank.agents.contract", "AgentTask": "rollbank.agents.contract",
+    "LLM": "rollbank.agents.contract", "in_own_thread": "rollbank.agents.contract",
     "Batch": "rollbank.batching.batch", "GroupResult": "rollbank.batching.batch",
     "TensorBatch": "rollbank.batching.loader", "iter_tensor_batches": "rollbank.batching.loader",
     "read_batch_dir": "rollbank.batching.loader", "table_to_tensors": "rollbank.batching.loader",
