@@ -38,7 +38,13 @@ from typing import Any
 
 from rollbank.scheduling.sim.sim_model import SimCapacity, SimTurn
 from rollbank.scheduling.sim.simulate import SimEpisode, SimResult, simulate
-from rollbank_bench.sim_inputs import ArmCosts, arm_inputs, sim_profile, sim_profile_long
+from rollbank_bench.sim_inputs import (
+    ArmCosts,
+    arm_inputs,
+    attempt_key,
+    sim_profile,
+    sim_profile_long,
+)
 
 
 def load_measured(path: Path) -> dict[str, Any]:
@@ -169,12 +175,15 @@ def context_limited(turns: list[tuple[int, int, float]],
 
 
 def episode_model(inputs: dict[str, Any], costs: ArmCosts) -> Any:
-    """Attempt -> :class:`SimEpisode`: the arm's trace plan with its measured costs."""
+    """Attempt -> :class:`SimEpisode`: the arm's trace plan with its measured costs (its own
+    measured verifier run where ``verify_s_by_attempt`` has it)."""
     from rollbank.episodes.workload import TraceWorkload, WorkloadConfig
 
     w = TraceWorkload(WorkloadConfig.model_validate(inputs["workload"]))
     budgets: dict[str, float] = inputs.get("budgets") or {}
     context = inputs.get("context")
+    # each attempt's measured verifier run where the report has it, else the arm's mean
+    verify_by: dict[str, float] = inputs.get("verify_s_by_attempt") or {}
     memo: dict[tuple[str, int], SimEpisode] = {}
 
     def fn(spec: Any) -> SimEpisode:
@@ -194,7 +203,8 @@ def episode_model(inputs: dict[str, Any], costs: ArmCosts) -> Any:
             last = len(kept) - 1
             turns = tuple(SimTurn(p, n, tool + (costs.close_s if k == last else 0.0))
                           for k, (p, n, tool) in enumerate(kept))
-            ep = memo[key] = SimEpisode(costs.setup_s, turns=turns, verify_s=costs.verify_s)
+            verify = verify_by.get(attempt_key(spec.task_id, spec.seed), costs.verify_s)
+            ep = memo[key] = SimEpisode(costs.setup_s, turns=turns, verify_s=verify)
         return ep
 
     return fn

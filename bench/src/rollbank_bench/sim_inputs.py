@@ -18,6 +18,12 @@ attempt. :func:`arm_inputs` turns them into the simulator's model inputs for tha
   gap when a verifier slot was free, the rest being the slot wait the simulator models itself,
   reconstructed from every attempt's verifier span — then tearing the sandbox down and the
   episode record), plus prompt and observation sizes for the prefix-cache model;
+- each verified attempt's own verifier run (``verify_s_by_attempt``, by its plan's task id and
+  seed), which the simulator replays as it replays plans, the mean standing for attempts the
+  run did not measure: verifiers share the host's cores and run slowest when many episodes
+  end together, so a mean service time shrinks the queue (fed the measured arrivals, a
+  two-slot FIFO queue waits 196 s with the mean and 1542 s with each attempt's own time,
+  measured 1565 s; the naive arm of the 2026-12-04 tb2 replicate);
 - a plan check: how many finished attempts ran exactly the planned sleeps.
 
 :func:`sim_profile` maps an accelsim latency profile (``rollbank_bench.accelsim``) onto the
@@ -259,6 +265,20 @@ def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorklo
     return costs, check
 
 
+def attempt_key(task_id: str, seed: int) -> str:
+    """An attempt's key in ``verify_s_by_attempt``: its plan's (task id, seed)."""
+    return f"{task_id}/{seed}"
+
+
+def verify_times(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Each verified attempt's measured verifier run (``timings.verify_s``) by
+    :func:`attempt_key`. The simulator replays them per attempt, as it replays plans: the
+    verifiers share the host's cores, so verdicts run slower exactly when many episodes end
+    together, and a mean service time misses the queue that builds then."""
+    return {attempt_key(str(r["task_id"]), int(r["seed"])): round(float(v), 4)
+            for r in records if (v := (r.get("timings") or {}).get("verify_s"))}
+
+
 def arm_inputs(out_dir: Path, *, task_ids: Sequence[str] | None = None,
                verifier_slots: int | None = None, accel_profile: Any = None,
                budgets: dict[str, float] | None = None) -> dict[str, Any]:
@@ -294,7 +314,8 @@ def arm_inputs(out_dir: Path, *, task_ids: Sequence[str] | None = None,
                         "min_new_tokens": int(runner.get("min_new_tokens", 16))},
             "workload": wcfg.model_dump(mode="json"), "task_ids": list(task_ids),
             "budgets": dict(budgets or {}),
-            "costs": costs.to_dict(), "plan_check": check}
+            "costs": costs.to_dict(), "plan_check": check,
+            "verify_s_by_attempt": verify_times(records)}
 
 
 def collect_arm_inputs(cfg: Any, tasks: Sequence[Any], *, accel_profile: str | None = None,

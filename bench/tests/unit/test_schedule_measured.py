@@ -289,3 +289,26 @@ def test_the_call_overhead_of_the_long_context_model_comes_from_calls_alone() ->
     over, n = lone_call_overhead(recs, prof)
     assert n == 3 and over == pytest.approx(0.03)  # the two overlapping calls left out
     assert lone_call_overhead([{"spans": [span(0.0, 5.0), span(1.0, 5.0)]}], prof) == (None, 0)
+
+
+def test_each_attempt_verifies_for_as_long_as_it_was_measured_to() -> None:
+    """Regression (the simulated verifier queue was a fraction of the measured one): every
+    attempt verified for the arm's mean, but verifiers share the host's cores and run slower
+    exactly when many episodes end at once; the measured per-attempt times are replayed, as
+    plans are, and the mean stays for attempts the run did not measure."""
+    from rollbank_bench.schedule_measured import episode_model
+    from rollbank_bench.sim_inputs import attempt_key, verify_times
+
+    w = TraceWorkload(WorkloadConfig.model_validate(WL))
+    recs = [_record(w, "t", s, setup=0.5, over=0.0, call=0.0, verify=v, close=0.0, decode=0.01)
+            for s, v in ((0, 0.25), (1, 3.0))]
+    by = verify_times(recs)
+    assert by == {attempt_key("t", 0): 0.25, attempt_key("t", 1): 3.0}
+    costs = ArmCosts(verify_s=1.0)
+    fn = episode_model({"workload": WL, "verify_s_by_attempt": by}, costs)
+
+    class Spec:
+        def __init__(self, seed: int) -> None:
+            self.task_id, self.seed = "t", seed
+
+    assert [fn(Spec(s)).verify_s for s in (0, 1, 2)] == [0.25, 3.0, 1.0]
