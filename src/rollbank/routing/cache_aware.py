@@ -4,8 +4,9 @@ The policy, per request (all state is routing history; no I/O, time from the inj
 
 1. Hash the prompt into chained token blocks (:mod:`rollbank.routing.blocks`; per
    trajectory, extended from its last prompt: only a turn's new blocks are hashed) and find,
-   for every server, how many leading blocks it is believed to hold (once per route). If the best server holds at
-   least ``cache_threshold`` of the prompt's blocks, it is preferred (``prefix``). For the
+   for every server, how many leading blocks it is believed to hold (once per route). If the
+   best server holds at least ``cache_threshold`` of the prompt's blocks, it is preferred
+   (``prefix``). For the
    first request of a new GRPO group (trajectory and group never seen) the bar is
    ``new_group_cache_threshold``: a shared few-shot header must not pull every new group onto
    the server that saw it first; new groups spread by load instead.
