@@ -6,10 +6,9 @@ The policy, per request (all state is routing history; no I/O, time from the inj
    trajectory, extended from its last prompt: only a turn's new blocks are hashed) and find,
    for every server, how many leading blocks it is believed to hold (once per route). If the
    best server holds at least ``cache_threshold`` of the prompt's blocks, it is preferred
-   (``prefix``). For the
-   first request of a new GRPO group (trajectory and group never seen) the bar is
-   ``new_group_cache_threshold``: a shared few-shot header must not pull every new group onto
-   the server that saw it first; new groups spread by load instead.
+   (``prefix``). For the first request of a new GRPO group (trajectory and group never
+   seen) the bar is ``new_group_cache_threshold``: a shared few-shot header must not pull
+   every new group onto the server that saw it first; new groups spread by load instead.
 2. Otherwise the server of the trajectory's previous turn is preferred (``trajectory``), else
    the server of a sibling in the same GRPO group (``group``: siblings share the prompt), else
    none: the least-loaded server takes it (``load``; equal loads go to the longest match).
