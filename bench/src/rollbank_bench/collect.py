@@ -80,19 +80,16 @@ def busy_share(busy_s: Sequence[float], batch_s: Sequence[float],
 
 def verifier_wait_s(trajs: Sequence[Trajectory]) -> float:
     """Seconds finished episodes waited for a verifier slot, summed: from the end of an
-    episode's last span before its first verify span to that span's start."""
-    from rollbank.episodes.spans import spans_of
+    episode's last sandbox or inference span to its verifier's start
+    (:func:`~rollbank_bench.sim_inputs.around_verifier`)."""
+    from rollbank.episodes.spans import SPANS_KEY
+    from rollbank_bench.sim_inputs import around_verifier
 
     total = 0.0
     for t in trajs:
-        spans = [s for s in spans_of(t) if s.kind != "episode"]
-        verify = [s.start for s in spans if s.kind == "verify"]
-        if not verify:
-            continue
-        first = min(verify)
-        before = [s.end for s in spans if s.kind != "verify" and s.end <= first]
-        if before:
-            total += first - max(before)
+        split = around_verifier(t.meta.get(SPANS_KEY, []), t.finished_at or 0.0)
+        if split is not None:
+            total += max(0.0, split[1] - split[0])
     return total
 
 

@@ -132,7 +132,7 @@ def free_time(start: float, end: float, busy: Sequence[tuple[float, float]],
     return free
 
 
-def _around_verifier(spans: Sequence[dict[str, Any]],
+def around_verifier(spans: Sequence[dict[str, Any]],
                      finished_at: float) -> tuple[float, float, float] | None:
     """(end of the last sandbox/inference span, the verifier's start, time after the
     verifier to the end of the attempt), from an episode's spans; None without a verify span.
@@ -228,7 +228,7 @@ def costs_from_episodes(records: Sequence[dict[str, Any]], workload: TraceWorklo
             matched += 1
         setup.append(float(t.get("sandbox_setup_s", 0.0)))
         verify.append(float(t.get("verify_s", 0.0)))
-        split = _around_verifier(r.get("spans") or [], float(t["finished_at"]))
+        split = around_verifier(r.get("spans") or [], float(t["finished_at"]))
         if split is not None:
             close.append(free_time(split[0], split[1], busy, verifier_slots) + split[2])
         else:  # no spans: everything the timings leave out (a verifier wait included)

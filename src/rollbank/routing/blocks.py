@@ -90,15 +90,6 @@ class SessionHashes:
         """Prompt ids held over all sessions."""
         return self._tokens
 
-    def forget(self, session: str) -> None:
-        last = self._last.pop(session, None)
-        if last is not None:
-            self._tokens -= len(last[0])
-
-    def clear(self) -> None:
-        self._last.clear()
-        self._tokens = 0
-
 
 class BlockIndex:
     """LRU set of block hashes with last-use times (one per server)."""
