@@ -10,6 +10,7 @@ from rollbank.clock import FakeClock
 from rollbank.errors import ConfigError
 from rollbank.routing.blocks import BlockIndex, block_hashes
 from rollbank.routing.cache_aware import CacheAwareRouter
+from rollbank.routing.config import RouterConfig
 from rollbank.routing.factory import make_router
 from rollbank.routing.policies import StickyRouter
 from rollbank.routing.router import RouteRequest, RouterPolicy
@@ -107,6 +108,65 @@ def test_block_index_lru_capacity_and_age() -> None:
     assert idx.expire(now=15.5) == 1  # block 3 (t=5) older than 10 s
     assert 3 not in idx
     assert len(idx) == 2
+
+
+def test_a_full_block_index_forgets_a_conversations_tail_first_as_vllm_does() -> None:
+    """vLLM frees a request's blocks tail first, so under pressure a server keeps a
+    conversation's head; the router's belief must too (it believed the head gone, and
+    routed the conversation's next turn away from the server holding its prefix)."""
+    idx = BlockIndex(max_blocks=6, max_age_s=100.0)
+    a, b = [11, 12, 13, 14], [21, 22, 23, 24]
+    idx.touch(a, now=0.0)
+    idx.touch(b, now=1.0)  # two of a's four blocks must go: its last two
+    assert idx.match(a) == 2
+    assert 11 in idx and 12 in idx and 13 not in idx and 14 not in idx
+    assert idx.match(b) == 4
+
+
+def test_the_router_still_believes_a_conversations_head_after_capacity_pressure() -> None:
+    clock = FakeClock()
+    cfg = RouterConfig(policy=RouterPolicy.CACHE_AWARE, block_size=4, max_blocks_per_server=12,
+                       new_group_cache_threshold=0.0)
+    router = CacheAwareRouter(["s0"], clock, cfg)
+    first = list(range(32))  # 8 blocks
+    router.route(RouteRequest(request_id="r0", trajectory_id="t0", group_id="g0",
+                              prompt_token_ids=first))
+    router.route(RouteRequest(request_id="r1", trajectory_id="t1", group_id="g1",
+                              prompt_token_ids=list(range(100, 116))))  # 4 more: 12 in all
+    router.route(RouteRequest(request_id="r2", trajectory_id="t2", group_id="g2",
+                              prompt_token_ids=list(range(200, 208))))  # 2 over capacity
+    assert router.believed_match("s0", first) == 6
+
+
+class _ReferenceLru:
+    """The LRU the index implements, one block at a time."""
+
+    def __init__(self, max_blocks: int) -> None:
+        self.max_blocks = max_blocks
+        self.order: list[int] = []
+
+    def touch(self, hashes: list[int]) -> None:
+        for h in reversed(hashes):
+            if h in self.order:
+                self.order.remove(h)
+            self.order.append(h)
+        del self.order[: max(0, len(self.order) - self.max_blocks)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompts=st.lists(st.lists(st.integers(0, 30), unique=True, max_size=8), max_size=20),
+       max_blocks=st.integers(1, 12))
+def test_block_index_keeps_exactly_the_reference_lru_order(prompts: list[list[int]],
+                                                          max_blocks: int) -> None:
+    idx, ref = BlockIndex(max_blocks=max_blocks, max_age_s=1e9), _ReferenceLru(max_blocks)
+    for k, p in enumerate(prompts):
+        idx.touch(p, now=float(k))
+        ref.touch(p)
+        # the same blocks after every touch: the eviction order shows in what later touches drop
+        assert len(idx) == len(ref.order) and all(h in idx for h in ref.order)
+        for q in prompts:
+            expect = next((i for i, h in enumerate(q) if h not in ref.order), len(q))
+            assert idx.match(q) == expect
 
 
 _prompt_ops = st.lists(st.tuples(

@@ -7,7 +7,13 @@ tokens (up to hash collisions, which only cost a worse routing decision, never c
 
 :class:`BlockIndex` is what the cache-aware router believes one server's prefix cache holds,
 learned from routing history (it never talks to the server). Invariants:
-- entries are kept in least-recently-used order and touched on every route that sends them;
+- entries are kept in least-recently-used order and touched on every route that sends them,
+  a prompt's last block first, so that its first block is the most recently used: under
+  capacity pressure a conversation loses its tail before its head, as vLLM frees a finished
+  request's blocks in reverse ("so that the tail blocks are evicted first",
+  vllm/v1/core/single_type_kv_cache_manager.py) and as the emulated engines' cache does
+  (:mod:`rollbank.inference.prefix_cache`); head first, the index would believe a server lost a
+  prefix it still holds;
 - an entry older than ``max_age_s`` or beyond ``max_blocks`` (oldest first) is dropped, as a
   real KV cache would evict it;
 - ``match`` counts the leading blocks present, so it is a prefix length, not a set overlap.
@@ -18,8 +24,9 @@ stable across processes and runs.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from itertools import repeat, takewhile
 
 _ROOT = 0x5EED_B10C
 
@@ -119,20 +126,19 @@ class BlockIndex:
 
     def match(self, hashes: Sequence[int]) -> int:
         """How many leading blocks of ``hashes`` this index holds."""
-        n = 0
-        for h in hashes:
-            if h not in self._blocks:
-                break
-            n += 1
-        return n
+        return len(list(takewhile(self._blocks.__contains__, hashes)))
 
     def touch(self, hashes: Sequence[int], now: float) -> None:
-        """Record that the server now holds these blocks (most recently used)."""
-        for h in hashes:
-            self._blocks[h] = now
-            self._blocks.move_to_end(h)
-        while len(self._blocks) > self.max_blocks:
-            self._blocks.popitem(last=False)
+        """Record that the server now holds these blocks (most recently used), the last block
+        first: the first block ends most recently used, so the tail is evicted first."""
+        blocks = self._blocks
+        tail_first = list(reversed(hashes))
+        # re-inserted at the MRU end in that order (a pop and a set per block, in C: the same
+        # order as setting and moving each to the end, at a fraction of the cost)
+        deque(map(blocks.pop, tail_first, repeat(None)), maxlen=0)
+        blocks.update(zip(tail_first, repeat(now)))
+        while len(blocks) > self.max_blocks:
+            blocks.popitem(last=False)
 
     def clear(self) -> None:
         self._blocks.clear()
