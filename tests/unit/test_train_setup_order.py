@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -22,7 +22,8 @@ from rollbank.training import loop_run
 from rollbank.training.loop_config import load_train_config
 
 
-def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publisher: str) -> list[str]:
+def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publisher: str,
+         wrap: Any = None) -> list[str]:
     events: list[str] = []
     lock = threading.Lock()
 
@@ -46,8 +47,17 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publisher: str) -> lis
         yield "sandboxes"
 
     async def fake_train_with(config: Any, **kwargs: Any) -> str:
-        assert kwargs["inference"] == "plane" and isinstance(kwargs["trainer"], SlowTrainer)
+        assert kwargs["inference"] == "plane"
+        trainer = kwargs["trainer"]
+        if wrap is not None:
+            assert isinstance(trainer, Wrapped) and isinstance(trainer.inner, SlowTrainer)
+        else:
+            assert isinstance(trainer, SlowTrainer)
         return "result"
+
+    class Wrapped:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
 
     monkeypatch.setattr(loop_run, "BuiltinTrainer", SlowTrainer)
     monkeypatch.setattr(loop_run, "open_train_inference", fake_inference)
@@ -56,7 +66,8 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, publisher: str) -> lis
     config = load_train_config(None, {
         "loop.publisher": publisher, "collect.metrics.live": "off",
         "collect.output": str(tmp_path / "run")})
-    assert asyncio.run(loop_run.run_train(config)) == "result"  # type: ignore[comparison-overlap]
+    result = asyncio.run(loop_run.run_train(config, wrap_trainer=cast(Any, Wrapped) if wrap else None))
+    assert result == "result"  # type: ignore[comparison-overlap]
     return events
 
 
@@ -70,3 +81,10 @@ def test_other_patterns_open_servers_while_the_trainer_loads(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     events = _run(tmp_path, monkeypatch, "checkpoint")
     assert events.index("inference open") < events.index("trainer done")
+
+
+def test_the_loop_trains_with_what_wrap_trainer_makes_of_the_built_in_trainer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The instrument seam (the learning bench's paced trainer): the wrapper gets the loaded
+    trainer and the loop gets the wrapper."""
+    _run(tmp_path, monkeypatch, "checkpoint", wrap=True)

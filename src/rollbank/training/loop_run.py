@@ -34,7 +34,8 @@ from rollbank.scheduling.policy.events import EventSink
 from rollbank.task_selection import select_tasks, tasks_to_prepare
 from rollbank.tasks.model import Task
 from rollbank.training.config import TrainerConfig
-from rollbank.training.loop import StepTrainer, TrainingLoop
+from rollbank.training.loop import StepTrainer as StepTrainer  # run_train's wrap_trainer takes one
+from rollbank.training.loop import TrainingLoop
 from rollbank.training.loop_config import TrainConfig
 from rollbank.training.loop_metrics import JsonlRecorder
 from rollbank.training.loop_publish import open_train_inference, pattern_publisher
@@ -157,8 +158,13 @@ async def train_with(
 
 
 async def run_train(config: TrainConfig, *, out_dir: Path | None = None,
-                    progress: Callable[[str], None] | None = None) -> TrainResult:
-    """Open the planes and the trainer ``config`` describes, train, release everything."""
+                    progress: Callable[[str], None] | None = None,
+                    wrap_trainer: Callable[[StepTrainer], StepTrainer] | None = None
+                    ) -> TrainResult:
+    """Open the planes and the trainer ``config`` describes, train, release everything.
+
+    ``wrap_trainer``: what the loop trains with instead of the built-in trainer, given it
+    (an instrument's seam: the learning bench paces the trainer like a larger model's)."""
     from rollbank.episodes.sandboxes import open_sandboxes
 
     out = out_dir or Path(config.collect.output)
@@ -182,11 +188,13 @@ async def run_train(config: TrainConfig, *, out_dir: Path | None = None,
             sandboxes = await stack.enter_async_context(
                 open_sandboxes(config.collect.sandbox, tasks,
                                prepare=tasks_to_prepare(config.collect, tasks)))
-            trainer = await trainer_task
+            trainer: StepTrainer = await trainer_task
         finally:
             if not trainer_task.done():
                 trainer_task.cancel()
                 await asyncio.gather(trainer_task, return_exceptions=True)
+        if wrap_trainer is not None:
+            trainer = wrap_trainer(trainer)
         return await train_with(config, tasks=tasks, inference=plane, sandboxes=sandboxes,
                                 out_dir=out, trainer=trainer, progress=progress,
                                 setup_s=time.monotonic() - t_setup)

@@ -91,6 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     real.add_argument("--vllm-compile", choices=("inductor", "eager"), default="inductor",
                       help="vllm: the managed server's compile mode (eager: --enforce-eager, no "
                       "compile, a faster start and slower decoding)")
+    real.add_argument("--trainer-step-s", type=float, default=0.0,
+                      help="vllm: an instrument: each trainer step lasts at least this long (the "
+                      "real step, then a sleep; learning/paced_trainer.py), as a larger model's "
+                      "trainer is slower than its collection: async mode's lag then builds up "
+                      "(0: the real step's time)")
     real.add_argument("--report-only", action="store_true",
                       help="vllm: do not run; evaluate and report the run already in --out "
                       "(e.g. one that stopped with an error)")

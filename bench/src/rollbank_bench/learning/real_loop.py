@@ -26,11 +26,14 @@ import os
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollbank_bench.learning.tasks import AdditionTask, eval_tasks, sample_task
+
+if TYPE_CHECKING:
+    from rollbank.training.loop_run import StepTrainer
 
 EVAL_SEED = 10_000_019
 
@@ -96,6 +99,16 @@ def loop_overrides(args: argparse.Namespace, model_dir: Path, suite: Path, out: 
     if args.publisher == "lora":
         o["loop.inflight"] = "finish"
     return o
+
+
+def paced(args: argparse.Namespace) -> Callable[[StepTrainer], StepTrainer] | None:
+    """``--trainer-step-s``: the trainer wrapped in the pacing instrument, else none."""
+    step_s = float(getattr(args, "trainer_step_s", 0.0) or 0.0)
+    if step_s <= 0:
+        return None
+    from rollbank_bench.learning.paced_trainer import PacedTrainer
+
+    return lambda inner: PacedTrainer(inner, step_s)
 
 
 def batch_versions(out: Path) -> list[dict[str, Any]]:
@@ -188,7 +201,7 @@ def steps_from_run(train_dir: Path) -> tuple[list[dict[str, Any]], int, int, int
                if line.strip()]
     pubs = {r["version"]: r for r in records if r.get("kind") == "publication"}
     keys = ("version", "batch_index", "reward_mean", "loss", "policy_age", "versions",
-            "trajectories", "train_s", "step_s", "done_s")
+            "trajectories", "train_s", "step_s", "done_s", "gate")
     steps = []
     for r in records:
         if r.get("kind") == "step":
@@ -223,7 +236,7 @@ def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
         config = load_train_config(None, loop_overrides(args, model_dir, suite, out / "train"))
         t0 = time.perf_counter()
         try:
-            asyncio.run(run_train(config, progress=log))
+            asyncio.run(run_train(config, progress=log, wrap_trainer=paced(args)))
         except Exception as exc:  # the run stopped: report what it did, with the error
             error = f"{type(exc).__name__}: {exc}"
             log(f"the loop stopped: {error}")
@@ -243,7 +256,9 @@ def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
     rewards = [s["reward_mean"] for s in steps]
     half = len(rewards) // 2
     doc: dict[str, Any] = {
-        "bench": "learning", "engine": "vllm (managed CPU server) + bwrap sandboxes + test.sh",
+        "bench": "learning", "engine": "vllm (managed CPU server) + bwrap sandboxes + test.sh"
+                  + (f"; trainer paced to >= {args.trainer_step_s:g} s a step (instrument: "
+                     "learning/paced_trainer.py)" if paced(args) else ""),
         "model": "tiny (warmed up)", "warmup": warm, "warmup_dir": str(model_dir),
         "task_family": f"graded addition levels {list(levels)}, answer-line harness, "
                        "verified by the task's tests/test.sh in the sandbox",
