@@ -128,6 +128,7 @@ async def collect(
     scorer: PolicyScorer | None = None,
     workload: TraceWorkload | None = None,
     write_batches: bool = True,
+    batches_ahead: int = 1,
 ) -> CollectResult:
     """Run one collection with opened planes; write batches, events, episodes, summary.
 
@@ -139,6 +140,9 @@ async def collect(
     replaces the one ``config.workload`` describes (a benchmark's scripted actions:
     ``rollbank bench faults``). ``write_batches=False`` (``rollbank eval``) writes no
     training batch: each batch is acknowledged once summarised (``on_batch`` is not called).
+    ``batches_ahead``: batches collection may complete while ``on_batch`` is still busy
+    before it waits (``rollbank train`` in async mode: ``loop.max_lag``, its admission gate
+    being the bound).
     """
     clock = clock or MonotonicClock()
     if resume is None:
@@ -225,7 +229,7 @@ async def collect(
             CollectResult(out_dir, summaries, list(runner.finished), capacity,
                           t0 if t0 is not None else clock.now(), clock.now(), setup_s,
                           _ledger(driver), _groups(driver)), config, progress, interrupted=why)))
-        async with contextlib.aclosing(driver.batches()) as batches:
+        async with contextlib.aclosing(driver.batches(ahead=batches_ahead)) as batches:
             async for batch in batches:
                 t0 = batch.window_start if t0 is None else t0
                 s = summarize_batch(

@@ -256,6 +256,24 @@ async def test_async_generation_overlaps_training_within_the_lag(tmp_path: Path)
     assert [s["version"] for s in steps] == [1, 2, 3]
 
 
+async def test_async_collects_up_to_max_lag_batches_ahead_of_a_slow_trainer(
+        tmp_path: Path) -> None:
+    """Regression: the driver handed over at most one batch while the consumer was busy, so
+    with a trainer slower than collection the collector stopped ~3 batches ahead and
+    ``loop.max_lag`` above that bounded nothing (the real loop never reached a policy age
+    above 3 with ``max_lag = 8``; the engines idled while the trainer trained). Now
+    collection goes on until the admission gate closes at ``max_lag``."""
+    log: list[str] = []
+    sink = Sink(log)
+    # step 1 returns only once batch 4 was collected: four batches on version 0, ahead of it
+    trainer = FakeTrainer(log, hold={1: sink.event(4)})
+    result = await _train(_config("async", 5, max_lag=4), tmp_path / "run", trainer, log, sink)
+    steps = result.summary["steps"]
+    assert [s["batch_index"] for s in steps] == [0, 1, 2, 3, 4] and not result.summary["stale"]
+    assert [s["policy_age"] for s in steps] == [0, 1, 2, 3, 4]
+    assert log.index("ready 4") < log.index("train 1")
+
+
 # ---------------------------------------------------------------- the loop alone
 class FakeRouter:
     def __init__(self) -> None:

@@ -17,7 +17,9 @@ Invariants
   until that one is trained on too. Steps, saves and publications happen strictly in order.
 - async: admission is open only while a token generated now would be at most ``max_lag``
   versions old when trained on (``expected_age``: trainer version + batches handed out and not
-  yet consumed - served version), so the collector does not run ahead into waste; step ``v``
+  yet consumed - served version), so the collector does not run ahead into waste (and it is
+  that gate which bounds it: collection may complete up to ``max_lag`` batches while the
+  trainer is busy, ``loop_run.batches_ahead``); step ``v``
   starts only once the engines serve ``>= v - max_lag``; and no batch whose measured policy age
   exceeds ``max_lag`` is trained on (requests admitted before the gate closed, carried
   stragglers): it is recorded as stale and not stepped.

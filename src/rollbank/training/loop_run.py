@@ -78,6 +78,14 @@ class BuiltinTrainer:
         return {k: v.detach().clone() for k, v in state.items()}
 
 
+def batches_ahead(config: TrainConfig) -> int:
+    """How many batches collection may finish while the trainer is busy: in async mode
+    ``loop.max_lag`` (the admission gate bounds the lag; a hand-off of one batch would stop
+    the collector ~3 versions ahead whatever ``max_lag`` says), in sync one (admission is
+    closed from each hand-off until its version is served)."""
+    return max(1, config.loop.max_lag) if config.loop.mode == "async" else 1
+
+
 def _remember(config: TrainConfig, plane: InferencePlane) -> Callable[[str, int], None] | None:
     """What tells managed servers the version a restarted one must serve: the full
     checkpoint, or (LoRA) the adapter under the name the lora pattern published it as."""
@@ -146,7 +154,7 @@ async def train_with(
             result = await collect(collect_config, tasks=tasks, inference=inference,
                                    sandboxes=sandboxes, out_dir=out_dir, clock=clock,
                                    extra_sinks=[loop, *sinks], setup_s=setup_s, router=router,
-                                   on_batch=loop.on_batch)
+                                   on_batch=loop.on_batch, batches_ahead=batches_ahead(config))
             await loop.finish()
         finally:
             await loop.aclose()

@@ -133,16 +133,20 @@ class CollectionDriver:
                                    nudge=self._nudge)
 
     # ------------------------------------------------------------ public
-    async def batches(self) -> AsyncGenerator[Batch, None]:
+    async def batches(self, *, ahead: int = 1) -> AsyncGenerator[Batch, None]:
         """Yield batches as they become ready; cancel and settle everything when done.
 
         Collection runs in one owned task (attempts in its ``TaskGroup``) and keeps going
-        while the consumer works on a batch, holding at most one batch undelivered. Leaving
+        while the consumer works on a batch, holding at most ``ahead`` batches undelivered
+        (then it waits; a consumer that bounds how far collection runs ahead by other means,
+        the async loop's admission gate, passes its own bound). Leaving
         the iteration (break, error, cancellation) cancels that task, which aborts every
         attempt still running and settles it as waste. Wrap in ``contextlib.aclosing`` when
         you may break out early, so this happens at once rather than at garbage collection.
         """
-        out: asyncio.Queue[Batch | BaseException | None] = asyncio.Queue(maxsize=1)
+        if ahead < 1:
+            raise ValueError(f"ahead must be >= 1, got {ahead}")
+        out: asyncio.Queue[Batch | BaseException | None] = asyncio.Queue(maxsize=ahead)
         collector = asyncio.create_task(self._collect(out), name="rollbank-collector")
         try:
             while True:
