@@ -96,6 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "real step, then a sleep; learning/paced_trainer.py), as a larger model's "
                       "trainer is slower than its collection: async mode's lag then builds up "
                       "(0: the real step's time)")
+    real.add_argument("--compare", default="",
+                      help="vllm: do not run; NAME=FILE,... of bench-learning-vllm-seeds.json "
+                      "runs on the same seeds (e.g. sync=...,gated=...,ungated=...): per-sample "
+                      "reward, policy age and gate decisions side by side, each against sync "
+                      "(learning/real_arms.py)")
     real.add_argument("--report-only", action="store_true",
                       help="vllm: do not run; evaluate and report the run already in --out "
                       "(e.g. one that stopped with an error)")
@@ -249,6 +254,11 @@ def vllm_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        from rollbank_bench.learning.real_arms import compare_files
+
+        print(json.dumps(compare_files(args.compare), indent=2))
+        return 0
     if args.engine == "vllm":
         seeds = _ints(args.seeds) or [0]
         if len(seeds) > 1:  # one real-loop run per seed, then the across-seed test

@@ -1,0 +1,126 @@
+"""``rollbank bench learning --compare sync=A.json,gated=B.json,ungated=C.json``: real-loop
+runs of the same seeds side by side (each file a ``bench-learning-vllm-seeds.json``).
+
+Per arm, over its seeds: **per-sample reward** (the mean verifier reward of every batch the
+loop trained on, i.e. what the collected samples scored; per seed the mean over its steps,
+then mean +- standard error across seeds), the policy age of the trained batches (mean,
+max), the divergence gate's decisions summed over the steps (admitted, down-weighted,
+re-run, excluded), stale batches dropped, the run's wall seconds and its learning verdict.
+Against the ``sync`` arm: the relative gap of the means and the paired per-seed difference
+(mean +- s.e.); **measurably worse** when the paired difference is below 0 by more than 2
+standard errors (>= 3 seeds), **within 5% of sync** when the gap of the means is >= -5%.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rollbank_bench.learning.real_seeds import MIN_SEEDS, mean_se
+
+TOLERANCE = 0.05
+GATE_KEYS = ("admitted", "downweighted", "retried", "excluded")
+
+
+def parse_compare(text: str) -> dict[str, Path]:
+    """``NAME=FILE,...`` -> {name: path}; a malformed item is a ValueError naming it."""
+    out: dict[str, Path] = {}
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--compare: {item!r} is not NAME=FILE.json")
+        out[name] = Path(path)
+    return out
+
+
+def _steps(run: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in run.get("steps") or [] if s.get("reward_mean") is not None]
+
+
+def arm_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """One arm's figures from its seeds document."""
+    per_seed = []
+    ages: list[float] = []
+    gate = dict.fromkeys(GATE_KEYS, 0)
+    gate_on = False
+    for run in doc["runs"]:
+        steps = _steps(run)
+        rewards = [float(s["reward_mean"]) for s in steps]
+        run_ages = [float(s.get("policy_age") or 0) for s in steps]
+        ages += run_ages
+        for s in steps:
+            g = s.get("gate") or {}
+            gate_on = gate_on or bool(g.get("enabled"))
+            for k in GATE_KEYS:
+                gate[k] += int(g.get(k) or 0)
+        per_seed.append({
+            "seed": run["settings"]["seed"], "steps": len(steps),
+            "reward_all": math.fsum(rewards) / len(rewards) if rewards else None,
+            "age_mean": math.fsum(run_ages) / len(run_ages) if run_ages else None,
+            "age_max": max(run_ages, default=None), "stale_batches": run.get("stale_batches"),
+            "run_seconds": run.get("run_seconds")})
+    return {
+        "per_sample_reward": mean_se([p["reward_all"] for p in per_seed
+                                      if p["reward_all"] is not None]),
+        "policy_age": {"mean": math.fsum(ages) / len(ages) if ages else None,
+                       "max": max(ages, default=None)},
+        "gate": {"enabled": gate_on, **gate},
+        "stale_batches": sum(int(p["stale_batches"] or 0) for p in per_seed),
+        "seconds": doc.get("seconds"), "verdict": doc.get("verdict"),
+        "trainer_step_s": (doc.get("settings") or {}).get("trainer_step_s"),
+        "max_lag": (doc.get("settings") or {}).get("lag"),
+        "mode": (doc.get("settings") or {}).get("mode"),
+        "per_seed": per_seed,
+    }
+
+
+def versus(arm: dict[str, Any], sync: dict[str, Any]) -> dict[str, Any]:
+    """``arm`` against ``sync``: gap of the means, paired per-seed difference, the tests."""
+    a, s = arm["per_sample_reward"]["mean"], sync["per_sample_reward"]["mean"]
+    gap = None if a is None or not s else (a - s) / s
+    base = {p["seed"]: p["reward_all"] for p in sync["per_seed"]}
+    diffs = [p["reward_all"] - base[p["seed"]] for p in arm["per_seed"]
+             if p["reward_all"] is not None and base.get(p["seed"]) is not None]
+    d = mean_se(diffs)
+    m, se = d["mean"], d["se"]
+    worse = len(diffs) >= MIN_SEEDS and m is not None and se is not None and m + 2 * se < 0
+    return {"gap_of_means": gap, "paired_diff": d,
+            "within_5pct_of_sync": gap is not None and gap >= -TOLERANCE,
+            "measurably_worse": bool(worse)}
+
+
+def compare(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every arm's summary and, when a ``sync`` arm is given, each other arm against it."""
+    if not docs:
+        raise ValueError("--compare: no runs given")
+    arms = {name: arm_summary(doc) for name, doc in docs.items()}
+    if "sync" in arms:
+        for name, arm in arms.items():
+            if name != "sync":
+                arm["vs_sync"] = versus(arm, arms["sync"])
+    seeds = {name: sorted(str(p["seed"]) for p in a["per_seed"]) for name, a in arms.items()}
+    return {"bench": "learning (real loop, arms side by side)", "arms": arms, "seeds": seeds,
+            "same_seeds": len({tuple(v) for v in seeds.values()}) == 1,
+            "test": "per-sample reward = mean verifier reward of the trained batches (per seed "
+                    "over its steps; mean +- s.e. across seeds); measurably worse = paired "
+                    "difference vs sync below 0 by > 2 s.e. (>= 3 seeds); within 5% = gap of "
+                    "the means >= -5%"}
+
+
+def compare_files(text: str) -> dict[str, Any]:
+    """``--compare``'s document: the named seeds documents read and compared."""
+    docs: dict[str, dict[str, Any]] = {}
+    for name, path in parse_compare(text).items():
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"--compare {name}={path}: {exc}") from exc
+        if not isinstance(doc, dict) or "runs" not in doc:
+            raise ValueError(f"--compare {name}={path}: not a bench-learning-vllm-seeds.json "
+                             "(no 'runs')")
+        docs[name] = doc
+    out = compare(docs)
+    out["files"] = {name: str(p) for name, p in parse_compare(text).items()}
+    return out

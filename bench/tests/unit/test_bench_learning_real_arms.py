@@ -1,0 +1,57 @@
+"""``bench learning --compare``: real-loop arms side by side, each against sync."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollbank_bench.learning.real_arms import compare, compare_files, parse_compare
+
+
+def _doc(rewards_by_seed: dict[int, list[float]], age: int = 0, down: int = 0,
+         lag: int | None = None) -> dict[str, Any]:
+    runs = [{"settings": {"seed": seed}, "stale_batches": 0, "run_seconds": 10.0,
+             "steps": [{"reward_mean": r, "policy_age": min(k, age),
+                        "gate": {"enabled": bool(down), "downweighted": down, "admitted": 30}}
+                       for k, r in enumerate(rs)]}
+            for seed, rs in rewards_by_seed.items()]
+    return {"runs": runs, "seconds": 30.0, "verdict": "v", "settings": {"lag": lag}}
+
+
+def test_each_arm_gets_its_per_sample_reward_age_and_gate_and_a_paired_test_against_sync() -> None:
+    sync = _doc({0: [0.2, 0.3], 1: [0.2, 0.2], 2: [0.3, 0.3]})
+    worse = _doc({0: [0.1, 0.1], 1: [0.1, 0.12], 2: [0.2, 0.18]}, age=4, lag=8)
+    close = _doc({0: [0.25, 0.25], 1: [0.2, 0.2], 2: [0.3, 0.28]}, age=4, down=2, lag=8)
+    out = compare({"sync": sync, "ungated": worse, "gated": close})
+    assert out["same_seeds"]
+    s = out["arms"]["sync"]["per_sample_reward"]
+    assert s["mean"] == pytest.approx((0.25 + 0.2 + 0.3) / 3) and s["n"] == 3
+    u = out["arms"]["ungated"]
+    assert u["policy_age"] == {"mean": pytest.approx(0.5), "max": 1.0}
+    assert u["vs_sync"]["measurably_worse"] and not u["vs_sync"]["within_5pct_of_sync"]
+    g = out["arms"]["gated"]
+    assert g["gate"]["enabled"] and g["gate"]["downweighted"] == 12 and g["gate"]["admitted"] == 180
+    assert g["vs_sync"]["within_5pct_of_sync"] and not g["vs_sync"]["measurably_worse"]
+    assert "vs_sync" not in out["arms"]["sync"]
+
+
+def test_fewer_than_three_paired_seeds_never_count_as_measurably_worse() -> None:
+    out = compare({"sync": _doc({0: [0.5], 1: [0.5]}), "ungated": _doc({0: [0.0], 1: [0.01]})})
+    assert not out["arms"]["ungated"]["vs_sync"]["measurably_worse"]
+
+
+def test_bad_compare_arguments_name_the_item_or_file(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'gated' is not NAME=FILE"):
+        parse_compare("sync=a.json,gated")
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"arms": {}}))
+    with pytest.raises(ValueError, match=r"gated=.*x\.json: not a bench-learning-vllm-seeds"):
+        compare_files(f"gated={bad}")
+    with pytest.raises(ValueError, match=r"sync=.*missing\.json"):
+        compare_files(f"sync={tmp_path / 'missing.json'}")
+    good = tmp_path / "s.json"
+    good.write_text(json.dumps(_doc({0: [0.5]})))
+    assert compare_files(f"sync={good}")["files"] == {"sync": str(good)}
