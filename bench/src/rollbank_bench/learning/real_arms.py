@@ -1,14 +1,24 @@
 """``rollbank bench learning --compare sync=A.json,gated=B.json,ungated=C.json``: real-loop
 runs of the same seeds side by side (each file a ``bench-learning-vllm-seeds.json``).
 
-Per arm, over its seeds: **per-sample reward** (the mean verifier reward of every batch the
-loop trained on, i.e. what the collected samples scored; per seed the mean over its steps,
-then mean +- standard error across seeds), the policy age of the trained batches (mean,
-max), the divergence gate's decisions summed over the steps (admitted, down-weighted,
-re-run, excluded), stale batches dropped, the run's wall seconds and its learning verdict.
-Against the ``sync`` arm: the relative gap of the means and the paired per-seed difference
-(mean +- s.e.); **measurably worse** when the paired difference is below 0 by more than 2
-standard errors (>= 3 seeds), **within 5% of sync** when the gap of the means is >= -5%.
+Per arm, over its seeds (per seed one number, then mean +- standard error across seeds):
+
+- ``train_tasks_auc`` / ``held_out_auc``: **reward per sample trained on**: the solve rate
+  of the trainer's saved versions (every ``--eval-every`` steps after 0, the same number of
+  samples into every arm) on the training pool's tasks / the held-out tasks, averaged over
+  those versions (area under the learning curve); ``train_tasks_end`` / ``held_out_end``:
+  the final version's;
+- ``batch_reward``: the mean verifier reward of the batches the loop trained on, i.e. what
+  the *behaviour* policies scored: in async mode they are up to ``max_lag`` versions behind
+  the trainer, so this lags the learning curve by construction;
+- the policy age of the trained batches (mean, max), the divergence gate's decisions summed
+  over the steps (admitted, down-weighted, re-run, excluded), stale batches dropped, the
+  run's wall seconds and its learning verdict.
+
+Against the ``sync`` arm, per metric: the relative gap of the means and the paired per-seed
+difference (mean +- s.e.); **measurably worse** when the paired difference is below 0 by more
+than 2 standard errors (>= 3 seeds), **within 5% of sync** when the gap of the means is
+>= -5%.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from rollbank_bench.learning.real_seeds import MIN_SEEDS, mean_se
 
 TOLERANCE = 0.05
 GATE_KEYS = ("admitted", "downweighted", "retried", "excluded")
+METRICS = ("train_tasks_auc", "held_out_auc", "train_tasks_end", "held_out_end", "batch_reward")
 
 
 def parse_compare(text: str) -> dict[str, Path]:
@@ -37,6 +48,16 @@ def parse_compare(text: str) -> dict[str, Path]:
 
 def _steps(run: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in run.get("steps") or [] if s.get("reward_mean") is not None]
+
+
+def _evals(run: dict[str, Any], key: str, name: str) -> dict[str, float | None]:
+    """A run's ``{name}_auc`` (mean solve rate of its evaluated versions after 0) and
+    ``{name}_end`` (its last version's)."""
+    later = sorted((int(e["version"]), float(e["solve_rate"])) for e in run.get(key) or []
+                   if int(e["version"]) > 0)
+    rates = [r for _, r in later]
+    return {f"{name}_auc": math.fsum(rates) / len(rates) if rates else None,
+            f"{name}_end": rates[-1] if rates else None}
 
 
 def arm_summary(doc: dict[str, Any]) -> dict[str, Any]:
@@ -57,13 +78,15 @@ def arm_summary(doc: dict[str, Any]) -> dict[str, Any]:
                 gate[k] += int(g.get(k) or 0)
         per_seed.append({
             "seed": run["settings"]["seed"], "steps": len(steps),
-            "reward_all": math.fsum(rewards) / len(rewards) if rewards else None,
+            "batch_reward": math.fsum(rewards) / len(rewards) if rewards else None,
+            **_evals(run, "train_evals", "train_tasks"), **_evals(run, "evals", "held_out"),
             "age_mean": math.fsum(run_ages) / len(run_ages) if run_ages else None,
             "age_max": max(run_ages, default=None), "stale_batches": run.get("stale_batches"),
             "run_seconds": run.get("run_seconds")})
     return {
-        "per_sample_reward": mean_se([p["reward_all"] for p in per_seed
-                                      if p["reward_all"] is not None]),
+        **{m: mean_se([p[m] for p in per_seed if p[m] is not None]) for m in METRICS},
+        "eval_versions": sorted({int(e["version"]) for run in doc["runs"]
+                                 for e in run.get("train_evals") or []}),
         "policy_age": {"mean": math.fsum(ages) / len(ages) if ages else None,
                        "max": max(ages, default=None)},
         "gate": {"enabled": gate_on, **gate},
@@ -77,18 +100,22 @@ def arm_summary(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def versus(arm: dict[str, Any], sync: dict[str, Any]) -> dict[str, Any]:
-    """``arm`` against ``sync``: gap of the means, paired per-seed difference, the tests."""
-    a, s = arm["per_sample_reward"]["mean"], sync["per_sample_reward"]["mean"]
-    gap = None if a is None or not s else (a - s) / s
-    base = {p["seed"]: p["reward_all"] for p in sync["per_seed"]}
-    diffs = [p["reward_all"] - base[p["seed"]] for p in arm["per_seed"]
-             if p["reward_all"] is not None and base.get(p["seed"]) is not None]
-    d = mean_se(diffs)
-    m, se = d["mean"], d["se"]
-    worse = len(diffs) >= MIN_SEEDS and m is not None and se is not None and m + 2 * se < 0
-    return {"gap_of_means": gap, "paired_diff": d,
-            "within_5pct_of_sync": gap is not None and gap >= -TOLERANCE,
-            "measurably_worse": bool(worse)}
+    """``arm`` against ``sync``, per metric: gap of the means, paired per-seed difference,
+    the tests."""
+    out: dict[str, Any] = {}
+    for metric in METRICS:
+        a, s = arm[metric]["mean"], sync[metric]["mean"]
+        gap = None if a is None or not s else (a - s) / s
+        base = {p["seed"]: p[metric] for p in sync["per_seed"]}
+        diffs = [p[metric] - base[p["seed"]] for p in arm["per_seed"]
+                 if p[metric] is not None and base.get(p["seed"]) is not None]
+        d = mean_se(diffs)
+        m, se = d["mean"], d["se"]
+        worse = len(diffs) >= MIN_SEEDS and m is not None and se is not None and m + 2 * se < 0
+        out[metric] = {"gap_of_means": gap, "paired_diff": d,
+                       "within_5pct_of_sync": gap is not None and gap >= -TOLERANCE,
+                       "measurably_worse": bool(worse)}
+    return out
 
 
 def compare(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -103,10 +130,11 @@ def compare(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     seeds = {name: sorted(str(p["seed"]) for p in a["per_seed"]) for name, a in arms.items()}
     return {"bench": "learning (real loop, arms side by side)", "arms": arms, "seeds": seeds,
             "same_seeds": len({tuple(v) for v in seeds.values()}) == 1,
-            "test": "per-sample reward = mean verifier reward of the trained batches (per seed "
-                    "over its steps; mean +- s.e. across seeds); measurably worse = paired "
-                    "difference vs sync below 0 by > 2 s.e. (>= 3 seeds); within 5% = gap of "
-                    "the means >= -5%"}
+            "test": "per seed one number per metric, mean +- s.e. across seeds; *_auc = mean "
+                    "solve rate of the trainer's versions after 0 (reward per sample trained "
+                    "on), *_end = the final version's, batch_reward = the behaviour policies' "
+                    "batches; measurably worse = paired difference vs sync below 0 by > 2 s.e. "
+                    "(>= 3 seeds); within 5% = gap of the means >= -5%"}
 
 
 def compare_files(text: str) -> dict[str, Any]:
