@@ -51,6 +51,7 @@ def test_each_arm_gets_its_rewards_age_and_gate_and_a_paired_test_against_sync()
     assert g["vs_sync"]["train_tasks_auc"]["within_5pct_of_sync"]
     assert not g["vs_sync"]["train_tasks_auc"]["measurably_worse"]
     assert "vs_sync" not in out["arms"]["sync"]
+    assert s["run_seconds"] == pytest.approx(30.0)  # the seeds' own runs, not a re-evaluation's
 
 
 def test_fewer_than_three_paired_seeds_never_count_as_measurably_worse() -> None:

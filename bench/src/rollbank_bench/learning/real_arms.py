@@ -91,7 +91,9 @@ def arm_summary(doc: dict[str, Any]) -> dict[str, Any]:
                        "max": max(ages, default=None)},
         "gate": {"enabled": gate_on, **gate},
         "stale_batches": sum(int(p["stale_batches"] or 0) for p in per_seed),
-        "seconds": doc.get("seconds"), "verdict": doc.get("verdict"),
+        "run_seconds": (math.fsum(p["run_seconds"] for p in per_seed)
+                        if all(p["run_seconds"] is not None for p in per_seed) else None),
+        "verdict": doc.get("verdict"),
         "trainer_step_s": (doc.get("settings") or {}).get("trainer_step_s"),
         "max_lag": (doc.get("settings") or {}).get("lag"),
         "mode": (doc.get("settings") or {}).get("mode"),

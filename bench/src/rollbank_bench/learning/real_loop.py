@@ -241,6 +241,9 @@ def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
             error = f"{type(exc).__name__}: {exc}"
             log(f"the loop stopped: {error}")
         run_s = time.perf_counter() - t0
+    elif (out / "bench-learning-vllm.json").exists():  # re-evaluated: the run's own wall and error
+        earlier = json.loads((out / "bench-learning-vllm.json").read_text())
+        run_s, error = earlier.get("run_seconds"), earlier.get("error")
     steps, final, served, stale = steps_from_run(out / "train")
     eval_versions = sorted({0, final, *range(args.eval_every, final + 1, args.eval_every)})
     trained = pool[: len(held)]  # in-distribution: tasks of the training pool, as many as held out
