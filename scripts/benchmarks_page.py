@@ -92,8 +92,8 @@ def fmt(value: Any, fig: Fig) -> str:
     return f"{text} {fig.unit}".rstrip()
 
 
-#: The real-loop stale-rollout comparison (bench learning --compare).
-LAG_RUN = "bench-learning-vllm-lag8-paced-2026-12-04.json"
+#: The real-loop stale-rollout comparisons (bench learning --compare), by max lag.
+LAG_RUNS: list[tuple[int, str]] = [(8, "bench-learning-vllm-lag8-paced-2026-12-04.json")]
 
 #: The real-engine run of the headline benchmark (docs/measurements/).
 REAL_ENGINE_RUN = "bench-collect-vllm-agent-4x4-2026-12-04.json"
@@ -127,6 +127,55 @@ def sim_section(title: str, what: str, measured: str, source: str,
          Fig("all levers / naive, measured", "ratio_vs_naive.optimized.measured", "{:.3f}"),
          Fig("all levers / naive, simulated", "ratio_vs_naive.optimized.simulated", "{:.3f}")],
         note=note)
+
+
+def lag_section(lag: int, source: str) -> Section:
+    """The real loop's sync / gated / ungated arms at max lag ``lag`` (bench learning --compare)."""
+    def vs(arm: str, metric: str, what: str) -> list[Fig]:
+        base = f"arms.{arm}.vs_sync.{metric}"
+        return [Fig(f"{arm}: {what} vs sync (gap of the means)", f"{base}.gap_of_means", "{:+.1%}"),
+                Fig(f"{arm}: {what}, paired difference vs sync", f"{base}.paired_diff.mean", "{:+.3f}"),
+                Fig(f"{arm}: {what}, its standard error", f"{base}.paired_diff.se", "{:.3f}"),
+                Fig(f"{arm}: {what} within 5% of sync", f"{base}.within_5pct_of_sync"),
+                Fig(f"{arm}: {what} measurably worse than sync", f"{base}.measurably_worse")]
+
+    return Section(
+        f"Learning with stale rollouts through the real loop, max lag {lag}",
+        f"`rollbank train --mode async --max-lag {lag}`, with and without the divergence gate, "
+        "beside sync, on the same three seeds: vLLM CPU, real sandboxes and the tasks' "
+        "verifiers, checkpoint publication, the warmed-up tiny model, 24 steps of 4 x 8; the "
+        "async trainer paced to 16 s a step (an instrument: a larger model's trainer, slower "
+        "than its collection) so that the policy age of the trained batches reaches the lag",
+        REAL + "; trainer step time emulated (bench/src/rollbank_bench/learning/paced_trainer.py)",
+        "rollbank bench learning --compare sync=S.json,gated=G.json,ungated=U.json (each: "
+        "rollbank bench learning --engine vllm --seeds 0,1,2 --steps 24 --prompts 4 "
+        "--group-size 8 --pool-size 16 --eval-size 32 --levels 1 --max-new-tokens 16 "
+        "--kl-coef 0.05 --publisher checkpoint --sandbox-slots 8 --eval-every 6 "
+        f"--eval-samples 16, plus --mode sync, or --mode async --lag {lag} --trainer-step-s 16 "
+        "[--gated])",
+        source,
+        [*vs("gated", "train_tasks_auc", "train-pool AUC"),
+         *vs("ungated", "train_tasks_auc", "train-pool AUC"),
+         *vs("gated", "train_tasks_end", "final version, train pool"),
+         *vs("ungated", "train_tasks_end", "final version, train pool"),
+         Fig("gated: batch reward vs sync (the behaviour policies, lagging by construction)",
+             "arms.gated.vs_sync.batch_reward.gap_of_means", "{:+.1%}")],
+        table=("arms", ["sync", "gated", "ungated"],
+               [Fig("train-pool AUC", "train_tasks_auc.mean", "{:.3f}"),
+                Fig("+- s.e.", "train_tasks_auc.se", "{:.3f}"),
+                Fig("final version, train pool", "train_tasks_end.mean", "{:.3f}"),
+                Fig("held-out AUC", "held_out_auc.mean", "{:.3f}"),
+                Fig("batch reward", "batch_reward.mean", "{:.3f}"),
+                Fig("policy age, mean", "policy_age.mean", "{:.1f}"),
+                Fig("policy age, max", "policy_age.max", "{:.0f}"),
+                Fig("gate: down-weighted", "gate.downweighted"),
+                Fig("gate: re-run", "gate.retried"),
+                Fig("gate: excluded", "gate.excluded")]),
+        note="AUC: the solve rate of the trainer's saved versions after 0 (every sixth step, "
+        "16 samples a task), averaged: reward per sample trained on, the same samples into "
+        "every arm. Batch reward is what the behaviour policies scored, up to the max lag "
+        "behind the trainer in the async arms. Measurably worse: the paired difference below 0 "
+        "by more than 2 standard errors. The reading: docs/learning.md.")
 
 
 SECTIONS: list[Section] = [
@@ -553,49 +602,7 @@ SECTIONS: list[Section] = [
         "descriptors: the periodic probe's own /proc walk counted in a drained reading and the "
         "first agent round's one-time load, both fixed in the soak's measurement "
         "(bench/tests/unit/test_soak_drained.py). Load average 0.4-3 on 2 cores."),
-    Section(
-        "Learning with stale rollouts through the real loop",
-        "`rollbank train --mode async --max-lag 8`, with and without the divergence gate, beside "
-        "sync, on the same three seeds: vLLM CPU, real sandboxes and the tasks' verifiers, "
-        "checkpoint publication, the warmed-up tiny model, 24 steps of 4 x 8; the trainer paced "
-        "to 16 s a step (an instrument: a larger model's trainer, slower than its collection) so "
-        "that the policy age of the trained batches reaches the lag",
-        REAL + "; trainer step time emulated (bench/src/rollbank_bench/learning/paced_trainer.py)",
-        "rollbank bench learning --compare sync=S.json,gated=G.json,ungated=U.json (each: "
-        "rollbank bench learning --engine vllm --seeds 0,1,2 --steps 24 --prompts 4 "
-        "--group-size 8 --pool-size 16 --eval-size 32 --levels 1 --max-new-tokens 16 "
-        "--kl-coef 0.05 --publisher checkpoint --sandbox-slots 8 --eval-every 6 "
-        "--eval-samples 16, plus --mode sync, or --mode async --lag 8 --trainer-step-s 16 "
-        "[--gated])",
-        LAG_RUN,
-        [Fig("gated: train-pool AUC vs sync (gap of the means)",
-             "arms.gated.vs_sync.train_tasks_auc.gap_of_means", "{:+.1%}"),
-         Fig("gated within 5% of sync (train-pool AUC)",
-             "arms.gated.vs_sync.train_tasks_auc.within_5pct_of_sync"),
-         Fig("ungated: train-pool AUC vs sync (gap of the means)",
-             "arms.ungated.vs_sync.train_tasks_auc.gap_of_means", "{:+.1%}"),
-         Fig("ungated: paired difference vs sync (train-pool AUC)",
-             "arms.ungated.vs_sync.train_tasks_auc.paired_diff.mean", "{:+.3f}"),
-         Fig("ungated: its standard error", "arms.ungated.vs_sync.train_tasks_auc.paired_diff.se",
-             "{:.3f}"),
-         Fig("ungated measurably worse (train-pool AUC)",
-             "arms.ungated.vs_sync.train_tasks_auc.measurably_worse"),
-         Fig("gated: batch reward vs sync (the behaviour policies, lagging by construction)",
-             "arms.gated.vs_sync.batch_reward.gap_of_means", "{:+.1%}")],
-        table=("arms", ["sync", "gated", "ungated"],
-               [Fig("train-pool AUC", "train_tasks_auc.mean", "{:.3f}"),
-                Fig("+- s.e.", "train_tasks_auc.se", "{:.3f}"),
-                Fig("held-out AUC", "held_out_auc.mean", "{:.3f}"),
-                Fig("batch reward", "batch_reward.mean", "{:.3f}"),
-                Fig("policy age, mean", "policy_age.mean", "{:.1f}"),
-                Fig("policy age, max", "policy_age.max", "{:.0f}"),
-                Fig("gate: down-weighted", "gate.downweighted"),
-                Fig("gate: re-run", "gate.retried"),
-                Fig("gate: excluded", "gate.excluded")]),
-        note="AUC: the solve rate of the trainer's versions 6, 12, 18 and 24 (16 samples a "
-        "task), averaged: reward per sample trained on, the same samples into every arm. Batch "
-        "reward is what the behaviour policies scored, up to max lag versions behind the "
-        "trainer in the async arms. docs/learning.md has the per-seed figures and the reading."),
+    *[lag_section(lag, source) for lag, source in LAG_RUNS],
     Section(
         "Learning with stale rollouts", "eval solve rate of GRPO with rollouts 16 versions "
         "stale, with and without the divergence gate, over 14 seeds (area under the curve)",

@@ -71,3 +71,15 @@ def test_bad_compare_arguments_name_the_item_or_file(tmp_path: Path) -> None:
     good = tmp_path / "s.json"
     good.write_text(json.dumps(_doc({0: [0.5]})))
     assert compare_files(f"sync={good}")["files"] == {"sync": str(good)}
+
+
+def test_the_curves_and_the_figure(tmp_path: Path) -> None:
+    from rollbank_bench.learning.real_arms import plot
+
+    out = compare({"sync": _doc({0: [0.2, 0.4], 1: [0.2, 0.2]}),
+                   "gated": _doc({0: [0.2, 0.3], 1: [0.2, 0.2]}, age=1, lag=4)})
+    curve = out["arms"]["sync"]["train_tasks_curve"]
+    assert [q["version"] for q in curve] == [0, 1, 2]
+    assert curve[2]["mean"] == pytest.approx(0.3) and curve[2]["n"] == 2
+    assert plot(out, tmp_path / "arms.png") == "arms.png"
+    assert (tmp_path / "arms.png").stat().st_size > 0

@@ -255,9 +255,14 @@ def vllm_args(args: argparse.Namespace) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> int:
     if args.compare:
-        from rollbank_bench.learning.real_arms import compare_files
+        from rollbank_bench.learning.real_arms import compare_files, plot
 
-        print(json.dumps(compare_files(args.compare), indent=2))
+        doc = compare_files(args.compare)
+        if args.out is not None:  # the document and its figure there
+            args.out.mkdir(parents=True, exist_ok=True)
+            doc["plot"] = plot(doc, args.out / "learning_arms.png")
+            (args.out / "bench-learning-vllm-compare.json").write_text(json.dumps(doc, indent=2))
+        print(json.dumps(doc, indent=2))
         return 0
     if args.engine == "vllm":
         seeds = _ints(args.seeds) or [0]

@@ -60,6 +60,37 @@ def _evals(run: dict[str, Any], key: str, name: str) -> dict[str, float | None]:
             f"{name}_end": rates[-1] if rates else None}
 
 
+def _curve(runs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """Per evaluated version: the solve rate's mean +- s.e. across the runs that have it."""
+    by: dict[int, list[float]] = {}
+    for run in runs:
+        for e in run.get(key) or []:
+            by.setdefault(int(e["version"]), []).append(float(e["solve_rate"]))
+    return [{"version": v, **mean_se(xs)} for v, xs in sorted(by.items())]
+
+
+def plot(doc: dict[str, Any], path: Path) -> str:
+    """The trainer's versions' solve rate on the training pool's tasks, each arm's mean +- s.e."""
+    from rollbank.metrics.report import plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4))
+    for k, (name, arm) in enumerate(doc["arms"].items()):
+        label = name if arm.get("mode") != "async" else (
+            f"{name} (max lag {arm.get('max_lag')}, age {arm['policy_age']['mean']:.1f})")
+        for axis, key in ((ax[0], "train_tasks_curve"), (ax[1], "held_out_curve")):
+            pts = arm[key]
+            axis.errorbar([q["version"] for q in pts], [q["mean"] for q in pts],
+                          yerr=[q["se"] or 0.0 for q in pts], marker="o", capsize=3,
+                          color=f"C{k}", label=label)
+    ax[0].set(xlabel="trainer version (steps; the same samples into every arm)",
+              ylabel="solve rate (mean +- s.e. over seeds)", title="training-pool tasks")
+    ax[1].set(xlabel="trainer version", title="held-out tasks")
+    ax[0].legend(fontsize=8)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return path.name
+
+
 def arm_summary(doc: dict[str, Any]) -> dict[str, Any]:
     """One arm's figures from its seeds document."""
     per_seed = []
@@ -87,6 +118,8 @@ def arm_summary(doc: dict[str, Any]) -> dict[str, Any]:
         **{m: mean_se([p[m] for p in per_seed if p[m] is not None]) for m in METRICS},
         "eval_versions": sorted({int(e["version"]) for run in doc["runs"]
                                  for e in run.get("train_evals") or []}),
+        "train_tasks_curve": _curve(doc["runs"], "train_evals"),
+        "held_out_curve": _curve(doc["runs"], "evals"),
         "policy_age": {"mean": math.fsum(ages) / len(ages) if ages else None,
                        "max": max(ages, default=None)},
         "gate": {"enabled": gate_on, **gate},
