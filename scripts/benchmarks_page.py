@@ -93,7 +93,8 @@ def fmt(value: Any, fig: Fig) -> str:
 
 
 #: The real-loop stale-rollout comparisons (bench learning --compare), by max lag.
-LAG_RUNS: list[tuple[int, str]] = [(8, "bench-learning-vllm-lag8-paced-2026-12-04.json")]
+LAG_RUNS: list[tuple[int, str]] = [(4, "bench-learning-vllm-lag4-paced-2026-12-04.json"),
+                                   (8, "bench-learning-vllm-lag8-paced-2026-12-04.json")]
 
 #: The real-engine run of the headline benchmark (docs/measurements/).
 REAL_ENGINE_RUN = "bench-collect-vllm-agent-4x4-2026-12-04.json"
