@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from rollbank_bench.learning.real_seeds import MIN_SEEDS, mean_se
+from rollbank_bench.learning.report import TOLERANCE
 
-TOLERANCE = 0.05
 GATE_KEYS = ("admitted", "downweighted", "retried", "excluded")
 METRICS = ("train_tasks_auc", "held_out_auc", "train_tasks_end", "held_out_end", "batch_reward")
 
@@ -174,8 +174,9 @@ def compare(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def compare_files(text: str) -> dict[str, Any]:
     """``--compare``'s document: the named seeds documents read and compared."""
+    paths = parse_compare(text)
     docs: dict[str, dict[str, Any]] = {}
-    for name, path in parse_compare(text).items():
+    for name, path in paths.items():
         try:
             doc = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
@@ -185,5 +186,5 @@ def compare_files(text: str) -> dict[str, Any]:
                              "(no 'runs')")
         docs[name] = doc
     out = compare(docs)
-    out["files"] = {name: str(p) for name, p in parse_compare(text).items()}
+    out["files"] = {name: str(p) for name, p in paths.items()}
     return out

@@ -230,13 +230,14 @@ def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
     held, pool = held_out_split(levels, args.eval_size, args.pool_size, args.seed)
     suite = write_suite(cache_dir() / "learning" / "suites", "train", pool)
     load_before = os.getloadavg()
+    wrap = paced(args)
     run_s: float | None = None
     error: str | None = None
     if not args.report_only:
         config = load_train_config(None, loop_overrides(args, model_dir, suite, out / "train"))
         t0 = time.perf_counter()
         try:
-            asyncio.run(run_train(config, progress=log, wrap_trainer=paced(args)))
+            asyncio.run(run_train(config, progress=log, wrap_trainer=wrap))
         except Exception as exc:  # the run stopped: report what it did, with the error
             error = f"{type(exc).__name__}: {exc}"
             log(f"the loop stopped: {error}")
@@ -261,7 +262,7 @@ def measure_vllm(args: argparse.Namespace) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "bench": "learning", "engine": "vllm (managed CPU server) + bwrap sandboxes + test.sh"
                   + (f"; trainer paced to >= {args.trainer_step_s:g} s a step (instrument: "
-                     "learning/paced_trainer.py)" if paced(args) else ""),
+                     "learning/paced_trainer.py)" if wrap is not None else ""),
         "model": "tiny (warmed up)", "warmup": warm, "warmup_dir": str(model_dir),
         "task_family": f"graded addition levels {list(levels)}, answer-line harness, "
                        "verified by the task's tests/test.sh in the sandbox",
