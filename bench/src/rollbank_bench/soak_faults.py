@@ -16,7 +16,8 @@ Meanwhile this process and its descendants are probed every ``--probe`` seconds
 rollbank cgroups, live sandboxes) and each ``--interval`` closes one point of the curve
 (:mod:`rollbank_bench.soak_curve`: floor, peak, last) with the faults injected so far per kind.
 Each round's row also carries one reading taken when the round has drained (``at_end``:
-nothing in flight; sandboxes still closing get up to :data:`SETTLE_S` to go, ``settle_s``),
+nothing in flight; sandboxes still closing get up to :data:`SETTLE_S` to go, ``settle_s``,
+and connections idle in the clients' pools their keep-alive expiry, :data:`POOL_LINGER_S`),
 the sharpest view of a per-round leak; a sandbox still alive then is named in the row's
 ``lingering`` (its id and the faults injected into it, :meth:`Rig.lingering`).
 The verdict on flatness is :func:`rollbank_bench.soak_curve.judge_curve`, on the drained readings
@@ -39,6 +40,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rollbank.inference.vllm_http import KEEPALIVE_EXPIRY_S
 from rollbank_bench.faults.checks import Verdict
 from rollbank_bench.faults.inject import FaultLog
 from rollbank_bench.faults.kinds import FaultKind
@@ -54,6 +56,11 @@ from rollbank_bench.soak_probe import describe_fds, mount_points, sample
 #: Seconds a drained reading waits for sandboxes still closing when a round returns (a
 #: teardown can still be running then: the smoke saw one sandbox left at one round's end).
 SETTLE_S = 10.0
+#: Seconds from a round's end by which the engine clients' pools have closed the connections
+#: its last requests left idle (aiohttp sweeps idle connections every keep-alive expiry, so
+#: one goes within two expiries of its last use), plus a margin: a drained reading taken
+#: sooner counts a pooled connection (established, or closed by the peer) as a leak.
+POOL_LINGER_S = 2 * KEEPALIVE_EXPIRY_S + 1.0
 
 
 def campaign_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -167,6 +174,7 @@ async def soak_faults(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                     clean[k] += res.clean[k]
                 clean["unexplained"] += res.clean["unexplained"][:20]
                 res.row["settle_s"] = await _settle(rig.live_sandboxes)
+                await asyncio.sleep(max(0.0, POOL_LINGER_S - res.row["settle_s"]))
                 n = rig.live_sandboxes()
                 if n:  # who lingers (ids, faults injected into them); see Rig.lingering
                     res.row["lingering"] = rig.lingering()

@@ -64,7 +64,7 @@ def _args(*extra: str) -> argparse.Namespace:
 
 @pytest.mark.parametrize("extra", [
     (), ("--mode", "async", "--lag", "1", "--gated"), ("--publisher", "lora"),
-    ("--publisher", "checkpoint"),
+    ("--publisher", "checkpoint"), ("--mode", "async", "--lag", "4", "--gated", "--correction", "m2po"),
 ])
 def test_overrides_make_a_valid_train_config(tmp_path: Path, extra: tuple[str, ...]) -> None:
     args = _args("--steps", "3", "--prompts", "2", "--group-size", "4", *extra)
@@ -77,8 +77,8 @@ def test_overrides_make_a_valid_train_config(tmp_path: Path, extra: tuple[str, .
     assert cfg.loop.publisher == args.publisher and cfg.loop.mode == args.mode
     if args.gated:
         assert cfg.collect.staleness.collection.enabled
-        assert cfg.trainer.correction.mode.value == "token_tis"
-        assert cfg.trainer.ratio_against == "recompute" and cfg.loop.max_lag == 1
+        assert cfg.trainer.correction.mode.value == args.correction
+        assert cfg.trainer.ratio_against == "recompute" and cfg.loop.max_lag == args.lag
     if args.publisher == "lora":
         assert cfg.trainer.finetune == "lora" and cfg.collect.inference.managed.enable_lora
 

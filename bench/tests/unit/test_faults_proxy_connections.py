@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
-from rollbank.inference.vllm_http import VLLMHttp
+from rollbank.inference.vllm_http import KEEPALIVE_EXPIRY_S, VLLMHttp
 from rollbank_bench.faults.inject import FaultLog
 from rollbank_bench.faults.kinds import FaultSchedule
 from rollbank_bench.faults.proxy import FaultProxy, read_request
@@ -27,6 +28,9 @@ ANSWER = b'{"ok": true}'
 #: proxy's forward and the answer's read (a request here takes about 40 steps)
 STEPS = 80
 ROUNDS = 3
+#: seconds a closed connection may stay in the client's pool: aiohttp drops an idle one at its
+#: next keep-alive sweep, which runs every expiry, so up to two expiries after its last use
+POOL_LINGER_S = 2 * KEEPALIVE_EXPIRY_S
 
 
 async def _engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -45,19 +49,24 @@ async def _engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         writer.close()
 
 
-def _client_sockets(port: int) -> list[str]:
-    """This process's TCP descriptors connected to ``port`` (the client's side)."""
-    return [f for f in describe_fds()["fds"] if " tcp " in f and f"->:{port} " in f]
+def _client_sockets(port: int, before: frozenset[str] = frozenset()) -> list[str]:
+    """This process's TCP descriptors connected to ``port`` (the client's side), except those
+    in ``before`` (an earlier test's socket to a server that had this port number)."""
+    return [f for f in describe_fds()["fds"]
+            if " tcp " in f and f"->:{port} " in f and f not in before]
 
 
-async def _settled(proxy: FaultProxy, port: int) -> tuple[set[asyncio.StreamWriter], list[str]]:
-    """The proxy's open connections and the client's sockets once closes in progress are done
-    (a bounded wait for them, not a timing check: a leaked one never goes)."""
-    for _ in range(200):
-        if not proxy.conns and not _client_sockets(port):
+async def _settled(proxy: FaultProxy, port: int,
+                   before: frozenset[str]) -> tuple[set[asyncio.StreamWriter], list[str]]:
+    """The proxy's open connections and the client's sockets once closes in progress are done:
+    a bounded wait for them (the pool's linger and a margin for a loaded host), not a timing
+    check: a leaked one never goes."""
+    deadline = time.monotonic() + POOL_LINGER_S + 5.0
+    while time.monotonic() < deadline:
+        if not proxy.conns and not _client_sockets(port, before):
             break
-        await asyncio.sleep(0.02)
-    return set(proxy.conns), _client_sockets(port)
+        await asyncio.sleep(0.05)
+    return set(proxy.conns), _client_sockets(port, before)
 
 
 async def test_cancelled_requests_leave_no_connection_on_either_side() -> None:
@@ -71,6 +80,7 @@ async def test_cancelled_requests_leave_no_connection_on_either_side() -> None:
                        restart=no_restart, kill=lambda i: None)
     async with engine, proxy:
         port = proxy.ports[0]
+        before = frozenset(_client_sockets(port))
         http = VLLMHttp(proxy.urls[0], connect_retries=0)
         outcomes = {"answered": 0, "cancelled": 0}
         try:
@@ -84,7 +94,7 @@ async def test_cancelled_requests_leave_no_connection_on_either_side() -> None:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
                     outcomes["cancelled" if task.cancelled() else "answered"] += 1
-            open_conns, client_side = await _settled(proxy, port)
+            open_conns, client_side = await _settled(proxy, port, before)
             # control: the sweep cancels requests in flight and lets others finish
             assert outcomes["cancelled"] > STEPS and outcomes["answered"] > 0, outcomes
             assert not open_conns, f"{len(open_conns)} connections open at the proxy"

@@ -27,6 +27,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from rollbank.staleness.config import CorrectionMode
+
 STEPS = 60  # the default setting, chosen by docs/learning.md "Finding a setting where sync learns"
 LR = 3e-4
 KL_COEF = 0.05  # chosen on dev seeds 100-105 (docs/learning.md, "Held-out seeds with a KL anchor")
@@ -82,7 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     real.add_argument("--publisher", choices=("direct", "checkpoint", "lora"), default="direct",
                       help="vllm: weight publication pattern (lora trains a LoRA adapter)")
     real.add_argument("--gated", action="store_true",
-                      help="vllm: the divergence gate in collection + token TIS in the loss")
+                      help="vllm: the divergence gate in collection + a correction in the loss "
+                      "(--correction)")
+    real.add_argument("--correction", choices=[m.value for m in CorrectionMode if m.value != "none"],
+                      default="token_tis",
+                      help="vllm --gated: the loss's staleness correction (rollbank.staleness."
+                      "corrections; caps at their config defaults, token TIS's at --tis-cap)")
     real.add_argument("--pool-size", type=int, default=400,
                       help="vllm: distinct training tasks (task folders; none in the eval set)")
     real.add_argument("--eval-samples", type=int, default=4,

@@ -92,9 +92,10 @@ def loop_overrides(args: argparse.Namespace, model_dir: Path, suite: Path, out: 
         o["loop.max_lag"] = args.lag
         # explicit: `rollbank train` turns the gate on by default in async; --gated decides here
         o["collect.staleness.collection.enabled"] = bool(args.gated)
-    if args.gated:  # the divergence gate in collection + token TIS in the loss
+    if args.gated:  # the divergence gate in collection + a correction (token TIS) in the loss
         o.update({"collect.staleness.collection.enabled": True,
-                  "trainer.correction.mode": "token_tis", "trainer.correction.tis_cap": args.tis_cap,
+                  "trainer.correction.mode": getattr(args, "correction", "token_tis"),
+                  "trainer.correction.tis_cap": args.tis_cap,
                   "trainer.ratio_against": "recompute"})
     if args.publisher == "lora":
         o["loop.inflight"] = "finish"
