@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollbank.batching.loader import TensorBatch
 from rollbank.clock import Clock, MonotonicClock
@@ -31,6 +31,7 @@ from rollbank.inference.publishing.protocol import Publisher
 from rollbank.inference_plane import InferencePlane
 from rollbank.routing.factory import router_from_config
 from rollbank.scheduling.policy.events import EventSink
+from rollbank.staleness.config import CorrectionMode, StalenessConfig
 from rollbank.task_selection import select_tasks, tasks_to_prepare
 from rollbank.tasks.model import Task
 from rollbank.training.config import TrainerConfig
@@ -39,6 +40,9 @@ from rollbank.training.loop import TrainingLoop
 from rollbank.training.loop_config import TrainConfig
 from rollbank.training.loop_metrics import JsonlRecorder
 from rollbank.training.loop_publish import open_train_inference, pattern_publisher
+
+if TYPE_CHECKING:
+    from rollbank.training.trainer import Trainer
 
 PublisherFactory = Callable[[InferencePlane, AdmissionGate], Publisher]
 
@@ -59,7 +63,12 @@ class BuiltinTrainer:
         self.trainer = Trainer.load(config)
 
     def train(self, batch: TensorBatch) -> dict[str, float]:
-        return dict(self.trainer.step(batch).metrics.to_dict())
+        """One step. With ``ratio_against = "recompute"`` and a correction, the batch's weights
+        are first re-scored against the trainer's own weights (:func:`rescore_at_step`)."""
+        extra: dict[str, float] = {}
+        if scores_at_step(self.trainer.config):
+            batch, extra = rescore_at_step(self.trainer, batch)
+        return {**self.trainer.step(batch).metrics.to_dict(), **extra}
 
     def save(self, root: Path, version: int) -> Path:
         return self.trainer.save(root, version)
@@ -76,6 +85,34 @@ class BuiltinTrainer:
         else:
             state = causal_lm(model).state_dict()
         return {k: v.detach().clone() for k, v in state.items()}
+
+
+def scores_at_step(config: TrainerConfig) -> bool:
+    """Whether the loop's step re-scores a batch's correction against the trainer's weights:
+    the ratio is taken against the trainer's recompute and a correction is on."""
+    return config.ratio_against == "recompute" and config.correction.mode is not CorrectionMode.NONE
+
+
+def rescore_at_step(trainer: Trainer, batch: TensorBatch) -> tuple[TensorBatch, dict[str, float]]:
+    """``batch`` with its importance weights and keep mask computed from the trainer's own
+    log-probs now (one no-grad forward) against the behaviour log-probs, and what they were.
+
+    A batch's ``is_weights`` as written by collection estimate ``pi / mu`` for the engines'
+    weights when its group completed (the gate in collection scores then); in async training
+    the batch then waits, up to ``loop.max_lag`` versions, and the trainer's policy moves on.
+    The correction belongs to the policy the step updates (TIS: ``min(pi_theta / mu, C)``), as
+    verl's rollout correction recomputes it with the actor. The gate's row weights stay."""
+    from rollbank.training.correction import recompute_scoring
+
+    scoring = recompute_scoring(batch, trainer.logprobs(batch), current_version=trainer.steps,
+                                config=StalenessConfig(correction=trainer.config.correction))
+    c = scoring.report.get("correction") or {}
+    d = scoring.divergence
+    extra = {"correction_frac_masked": float(c.get("frac_masked", 0.0)),
+             "correction_frac_truncated": float(c.get("frac_truncated", 0.0)),
+             "correction_weight_mean": float(c.get("weight_mean", 0.0)),
+             "trainer_k3_mean": float(d.traj_k3_mean), "trainer_k3_max": float(d.traj_k3_max)}
+    return scoring.with_weights(batch), extra
 
 
 def batches_ahead(config: TrainConfig) -> int:
