@@ -149,6 +149,7 @@ INSTRUMENTED: tuple[str, ...] = (
     "rollbank.inference.server",
     "rollbank.inference.tokenizer",
     "rollbank.inference.vllm_client",
+    "rollbank.inference.vllm_http",
     "rollbank.inference_plane",
     "rollbank.metrics.calibrate",
     "rollbank.metrics.events",
