@@ -93,8 +93,15 @@ def fmt(value: Any, fig: Fig) -> str:
 
 
 #: The real-loop stale-rollout comparisons (bench learning --compare), by max lag.
-LAG_RUNS: list[tuple[int, str]] = [(4, "bench-learning-vllm-lag4-paced-2026-12-04.json"),
-                                   (8, "bench-learning-vllm-lag8-paced-2026-12-04.json")]
+LAG_RUNS: list[tuple[int, str, str]] = [
+    (2, "bench-learning-vllm-lag2-rescored-paced-2026-12-06.json",
+     "the loss's correction re-scored at the step"),
+    (4, "bench-learning-vllm-lag4-rescored-paced-2026-12-06.json",
+     "the loss's correction re-scored at the step"),
+    (4, "bench-learning-vllm-lag4-paced-2026-12-04.json",
+     "before the step re-scored the correction"),
+    (8, "bench-learning-vllm-lag8-paced-2026-12-04.json",
+     "before the step re-scored the correction")]
 
 #: The real-engine run of the headline benchmark (docs/measurements/).
 REAL_ENGINE_RUN = "bench-collect-vllm-agent-4x4-2026-12-04.json"
@@ -130,7 +137,7 @@ def sim_section(title: str, what: str, measured: str, source: str,
         note=note)
 
 
-def lag_section(lag: int, source: str) -> Section:
+def lag_section(lag: int, source: str, label: str) -> Section:
     """The real loop's sync / gated / ungated arms at max lag ``lag`` (bench learning --compare)."""
     def vs(arm: str, metric: str, what: str) -> list[Fig]:
         base = f"arms.{arm}.vs_sync.{metric}"
@@ -141,7 +148,7 @@ def lag_section(lag: int, source: str) -> Section:
                 Fig(f"{arm}: {what} measurably worse than sync", f"{base}.measurably_worse")]
 
     return Section(
-        f"Learning with stale rollouts through the real loop, max lag {lag}",
+        f"Learning with stale rollouts through the real loop, max lag {lag} ({label})",
         f"`rollbank train --mode async --max-lag {lag}`, with and without the divergence gate, "
         "beside sync, on the same three seeds: vLLM CPU, real sandboxes and the tasks' "
         "verifiers, checkpoint publication, the warmed-up tiny model, 24 steps of 4 x 8; the "
@@ -603,7 +610,7 @@ SECTIONS: list[Section] = [
         "descriptors: the periodic probe's own /proc walk counted in a drained reading and the "
         "first agent round's one-time load, both fixed in the soak's measurement "
         "(bench/tests/unit/test_soak_drained.py). Load average 0.4-3 on 2 cores."),
-    *[lag_section(lag, source) for lag, source in LAG_RUNS],
+    *[lag_section(lag, source, label) for lag, source, label in LAG_RUNS],
     Section(
         "Learning with stale rollouts", "eval solve rate of GRPO with rollouts 16 versions "
         "stale, with and without the divergence gate, over 14 seeds (area under the curve)",
