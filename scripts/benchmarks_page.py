@@ -93,15 +93,13 @@ def fmt(value: Any, fig: Fig) -> str:
 
 
 #: The real-loop stale-rollout comparisons (bench learning --compare), by max lag.
+_RESCORED, _BEFORE = ("the loss's correction re-scored at the step",
+                      "before the step re-scored the correction")
 LAG_RUNS: list[tuple[int, str, str]] = [
-    (2, "bench-learning-vllm-lag2-rescored-paced-2026-12-06.json",
-     "the loss's correction re-scored at the step"),
-    (4, "bench-learning-vllm-lag4-rescored-paced-2026-12-06.json",
-     "the loss's correction re-scored at the step"),
-    (4, "bench-learning-vllm-lag4-paced-2026-12-04.json",
-     "before the step re-scored the correction"),
-    (8, "bench-learning-vllm-lag8-paced-2026-12-04.json",
-     "before the step re-scored the correction")]
+    (2, "bench-learning-vllm-lag2-rescored-paced-2026-12-06.json", _RESCORED),
+    (4, "bench-learning-vllm-lag4-rescored-paced-2026-12-06.json", _RESCORED),
+    (4, "bench-learning-vllm-lag4-paced-2026-12-04.json", _BEFORE),
+    (8, "bench-learning-vllm-lag8-paced-2026-12-04.json", _BEFORE)]
 
 #: The real-engine run of the headline benchmark (docs/measurements/).
 REAL_ENGINE_RUN = "bench-collect-vllm-agent-4x4-2026-12-04.json"
